@@ -1,0 +1,109 @@
+// Contiguous layouts: every sequence owns `capacity` rows of each tensor up front.
+//   Nhd: (seq, token, head, dim)  -- a token's heads are adjacent (append writes one block)
+//   Hnd: (seq, head, token, dim)  -- a head's tokens are adjacent (decode streams one block)
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "polyattn/cache/layout_traits.hpp"
+#include "polyattn/cache/sequence_table.hpp"
+#include "polyattn/core/shape.hpp"
+
+namespace polyattn {
+
+struct Nhd {
+  static std::string name() { return "nhd"; }
+};
+struct Hnd {
+  static std::string name() { return "hnd"; }
+};
+
+namespace detail {
+
+template <class T, bool HeadMajor>
+class ContiguousStore {
+ public:
+  ContiguousStore(std::span<const TensorSpec> tensors, const CacheConfig& config)
+      : table_(config.max_sequences, config.capacity), poison_(config.poison_unused) {
+    for (const TensorSpec& spec : tensors) {
+      require<ShapeError>(spec.heads >= 1 && spec.dim >= 1, "cache tensor shape must be positive, got (",
+                          spec.heads, ", ", spec.dim, ")");
+      specs_.push_back(spec);
+      data_.emplace_back(std::size_t(config.max_sequences) * std::size_t(config.capacity) * spec.elements(),
+                         fill_value());
+    }
+  }
+
+  int open() { return table_.open(); }
+  void close(int seq) {
+    table_.close(seq);
+    if (poison_)  // a later user of this slot must not see the old rows
+      for (std::size_t t = 0; t < specs_.size(); ++t) {
+        const std::size_t per_seq = std::size_t(table_.capacity()) * specs_[t].elements();
+        std::fill_n(data_[t].begin() + std::ptrdiff_t(std::size_t(seq) * per_seq), per_seq, fill_value());
+      }
+  }
+  bool is_open(int seq) const { return table_.is_open(seq); }
+  int length(int seq) const { return table_.length(seq); }
+  int capacity() const { return table_.capacity(); }
+  int max_sequences() const { return table_.max_sequences(); }
+  void check_room(int seq, int n) const { table_.check_room(seq, n); }
+  int grow(int seq, int n) { return table_.grow(seq, n); }
+  std::span<const TensorSpec> tensors() const { return specs_; }
+
+  T* row(int tensor, int seq, int token, int head) { return data_[std::size_t(tensor)].data() + offset(tensor, seq, token, head); }
+  const T* row(int tensor, int seq, int token, int head) const {
+    return data_[std::size_t(tensor)].data() + offset(tensor, seq, token, head);
+  }
+
+  CacheRun<T> run(int tensor, int seq, int token, int head) const {
+    const TensorSpec& s = specs_[std::size_t(tensor)];
+    const std::ptrdiff_t stride = HeadMajor ? s.dim : std::ptrdiff_t(s.heads) * s.dim;
+    return {row(tensor, seq, token, head), stride, table_.capacity() - token};
+  }
+
+  std::size_t bytes_allocated() const {
+    std::size_t bytes = 0;
+    for (const auto& d : data_) bytes += d.size() * sizeof(T);
+    return bytes;
+  }
+
+ private:
+  static T fill_value_nan() { return std::numeric_limits<T>::quiet_NaN(); }
+  T fill_value() const { return poison_ ? fill_value_nan() : T(0); }
+
+  std::size_t offset(int tensor, int seq, int token, int head) const {
+    const TensorSpec& s = specs_[std::size_t(tensor)];
+    const std::size_t cap = std::size_t(table_.capacity());
+    if constexpr (HeadMajor)
+      return ((std::size_t(seq) * std::size_t(s.heads) + std::size_t(head)) * cap + std::size_t(token)) * std::size_t(s.dim);
+    else
+      return ((std::size_t(seq) * cap + std::size_t(token)) * std::size_t(s.heads) + std::size_t(head)) * std::size_t(s.dim);
+  }
+
+  SequenceTable table_;
+  bool poison_;
+  std::vector<TensorSpec> specs_;
+  std::vector<std::vector<T>> data_;  // one buffer per cached tensor
+};
+
+}  // namespace detail
+
+template <class T>
+class CacheStore<Nhd, T> : public detail::ContiguousStore<T, false> {
+ public:
+  using detail::ContiguousStore<T, false>::ContiguousStore;
+};
+
+template <class T>
+class CacheStore<Hnd, T> : public detail::ContiguousStore<T, true> {
+ public:
+  using detail::ContiguousStore<T, true>::ContiguousStore;
+};
+
+}  // namespace polyattn

@@ -1,0 +1,41 @@
+// The cache-layout trait. A layout is a tag type (Nhd, Hnd, Paged<P>, ...); `CacheStore<Layout, T>`
+// is the storage it selects. Every store offers the same interface, which is all executors see:
+//
+//   CacheStore(std::span<const TensorSpec> tensors, const CacheConfig&)
+//   int  open();  void close(int seq);  int length(int seq) const;  bool is_open(int seq) const;
+//   void check_room(int seq, int n) const;   // throws CapacityError, changes nothing
+//   int  grow(int seq, int n);               // reserves n tokens, returns the first position
+//   T*   row(int tensor, int seq, int token, int head);        // `dim` contiguous elements
+//   CacheRun<T> run(int tensor, int seq, int token, int head) const;  // rows from `token` on
+//   std::size_t bytes_allocated() const;
+//
+// Within a row the `dim` elements are contiguous in every layout; layouts differ only in the
+// stride between consecutive tokens and where a run of such rows ends (a page boundary).
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+
+namespace polyattn {
+
+/// Consecutive cached rows of one (tensor, sequence, head): row i is at data + i * stride,
+/// valid for i < count (the end of the contiguous block, not the sequence length).
+template <class T>
+struct CacheRun {
+  const T* data = nullptr;
+  std::ptrdiff_t stride = 0;
+  int count = 0;
+};
+
+template <class>
+inline constexpr bool dependent_false = false;
+
+/// Primary template: a layout without a store specialization is a compile-time error.
+template <class Layout, class T>
+class CacheStore {
+  static_assert(dependent_false<Layout>,
+                "polyattn: no CacheStore specialization for this layout; use Nhd, Hnd or Paged<P> "
+                "(include polyattn/cache/contiguous.hpp or polyattn/cache/paged.hpp)");
+};
+
+}  // namespace polyattn

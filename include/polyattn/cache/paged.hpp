@@ -1,0 +1,133 @@
+// Paged layout (vLLM / FlashInfer style): a pool of fixed-size pages shared by all sequences;
+// each sequence has a page table. Inside a page the layout is (token, head, dim). Pages are
+// taken from the pool as a sequence grows and returned when it is closed, so memory follows
+// the tokens actually held rather than max_sequences * capacity.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "polyattn/cache/layout_traits.hpp"
+#include "polyattn/cache/sequence_table.hpp"
+#include "polyattn/core/shape.hpp"
+
+namespace polyattn {
+
+template <int PageSize>
+struct Paged {
+  static_assert(PageSize >= 1, "polyattn: Paged<PageSize> needs PageSize >= 1");
+  static constexpr int page_size = PageSize;
+  static std::string name() { return "paged" + std::to_string(PageSize); }
+};
+
+template <int PageSize, class T>
+class CacheStore<Paged<PageSize>, T> {
+ public:
+  CacheStore(std::span<const TensorSpec> tensors, const CacheConfig& config)
+      : table_(config.max_sequences, config.capacity), poison_(config.poison_unused), page_table_(std::size_t(config.max_sequences)) {
+    const int pages_per_seq = (config.capacity + PageSize - 1) / PageSize;
+    n_pages_ = config.pool_pages > 0 ? config.pool_pages : config.max_sequences * pages_per_seq;
+    require<ShapeError>(config.pool_pages >= 0, "CacheConfig.pool_pages must be >= 0, got ", config.pool_pages);
+    for (const TensorSpec& spec : tensors) {
+      require<ShapeError>(spec.heads >= 1 && spec.dim >= 1, "cache tensor shape must be positive, got (",
+                          spec.heads, ", ", spec.dim, ")");
+      specs_.push_back(spec);
+      pool_.emplace_back(std::size_t(n_pages_) * PageSize * spec.elements(), fill_value());
+    }
+    free_pages_.reserve(std::size_t(n_pages_));
+    for (int p = n_pages_ - 1; p >= 0; --p) free_pages_.push_back(p);  // hand out page 0 first
+  }
+
+  int open() { return table_.open(); }
+
+  void close(int seq) {
+    table_.close(seq);
+    auto& pages = page_table_[std::size_t(seq)];
+    for (int p : pages) {
+      if (poison_)
+        for (std::size_t t = 0; t < specs_.size(); ++t)
+          std::fill_n(pool_[t].begin() + std::ptrdiff_t(page_offset(t, p)), PageSize * specs_[t].elements(), fill_value());
+      free_pages_.push_back(p);
+    }
+    pages.clear();
+  }
+
+  bool is_open(int seq) const { return table_.is_open(seq); }
+  int length(int seq) const { return table_.length(seq); }
+  int capacity() const { return table_.capacity(); }
+  int max_sequences() const { return table_.max_sequences(); }
+  int free_pages() const { return int(free_pages_.size()); }
+  int pool_pages() const { return n_pages_; }
+  std::span<const TensorSpec> tensors() const { return specs_; }
+
+  void check_room(int seq, int n) const {
+    table_.check_room(seq, n);
+    const int needed = pages_needed(seq, n);
+    require<CapacityError>(needed <= free_pages(), "page pool exhausted: sequence ", seq, " needs ", needed,
+                           " more page(s) of ", PageSize, " tokens, ", free_pages(), " of ", n_pages_, " are free");
+  }
+
+  int grow(int seq, int n) {
+    check_room(seq, n);
+    auto& pages = page_table_[std::size_t(seq)];
+    for (int k = pages_needed(seq, n); k > 0; --k) {
+      pages.push_back(free_pages_.back());
+      free_pages_.pop_back();
+    }
+    return table_.grow(seq, n);
+  }
+
+  T* row(int tensor, int seq, int token, int head) { return pool_[std::size_t(tensor)].data() + offset(tensor, seq, token, head); }
+  const T* row(int tensor, int seq, int token, int head) const {
+    return pool_[std::size_t(tensor)].data() + offset(tensor, seq, token, head);
+  }
+
+  CacheRun<T> run(int tensor, int seq, int token, int head) const {
+    const TensorSpec& s = specs_[std::size_t(tensor)];
+    return {row(tensor, seq, token, head), std::ptrdiff_t(s.elements()), PageSize - token % PageSize};
+  }
+
+  std::size_t bytes_allocated() const {
+    std::size_t bytes = 0;
+    for (const auto& p : pool_) bytes += p.size() * sizeof(T);
+    return bytes;
+  }
+
+  /// The pages of a sequence, in token order (for tests and device copies).
+  std::span<const int> pages_of(int seq) const {
+    table_.check_open(seq);
+    return page_table_[std::size_t(seq)];
+  }
+
+ private:
+  T fill_value() const { return poison_ ? std::numeric_limits<T>::quiet_NaN() : T(0); }
+
+  int pages_needed(int seq, int n) const {
+    const int have = int(page_table_[std::size_t(seq)].size());
+    const int want = (table_.length(seq) + n + PageSize - 1) / PageSize;
+    return std::max(0, want - have);
+  }
+
+  std::size_t page_offset(std::size_t tensor, int page) const { return std::size_t(page) * PageSize * specs_[tensor].elements(); }
+
+  std::size_t offset(int tensor, int seq, int token, int head) const {
+    const TensorSpec& s = specs_[std::size_t(tensor)];
+    const int page = page_table_[std::size_t(seq)][std::size_t(token / PageSize)];
+    return page_offset(std::size_t(tensor), page) +
+           (std::size_t(token % PageSize) * std::size_t(s.heads) + std::size_t(head)) * std::size_t(s.dim);
+  }
+
+  SequenceTable table_;
+  bool poison_;
+  int n_pages_ = 0;
+  std::vector<TensorSpec> specs_;
+  std::vector<std::vector<T>> pool_;            // per tensor: (page, token in page, head, dim)
+  std::vector<std::vector<int>> page_table_;    // per sequence: pages in token order
+  std::vector<int> free_pages_;
+};
+
+}  // namespace polyattn

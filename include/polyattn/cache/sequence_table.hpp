@@ -1,0 +1,70 @@
+// Bookkeeping shared by every cache store: which sequence slots are open, how many tokens each
+// holds, and the capacity checks. Checks never modify state, so a failed append loses nothing.
+#pragma once
+
+#include <vector>
+
+#include "polyattn/core/error.hpp"
+
+namespace polyattn {
+
+class SequenceTable {
+ public:
+  SequenceTable(int max_sequences, int capacity) : capacity_(capacity), length_(std::size_t(max_sequences), kClosed) {
+    require<ShapeError>(max_sequences >= 1, "CacheConfig.max_sequences must be >= 1, got ", max_sequences);
+    require<ShapeError>(capacity >= 1, "CacheConfig.capacity must be >= 1, got ", capacity);
+  }
+
+  int max_sequences() const { return int(length_.size()); }
+  int capacity() const { return capacity_; }
+
+  bool is_open(int seq) const { return seq >= 0 && seq < max_sequences() && length_[std::size_t(seq)] != kClosed; }
+
+  void check_open(int seq) const {
+    require<SequenceError>(is_open(seq), "sequence ", seq, " is not open (slots 0..", max_sequences() - 1,
+                           "; open one with open_sequence())");
+  }
+
+  int length(int seq) const {
+    check_open(seq);
+    return length_[std::size_t(seq)];
+  }
+
+  /// Opens the lowest free slot.
+  int open() {
+    for (int s = 0; s < max_sequences(); ++s)
+      if (length_[std::size_t(s)] == kClosed) {
+        length_[std::size_t(s)] = 0;
+        return s;
+      }
+    throw CapacityError(detail::concat("polyattn: all ", max_sequences(),
+                                       " sequence slots are open; close one or raise CacheConfig.max_sequences"));
+  }
+
+  void close(int seq) {
+    check_open(seq);
+    length_[std::size_t(seq)] = kClosed;
+  }
+
+  void check_room(int seq, int n) const {
+    const int len = length(seq);
+    require<ShapeError>(n >= 0, "cannot append a negative number of tokens (", n, ")");
+    require<CapacityError>(n <= capacity_ - len, "sequence ", seq, " holds ", len, " of ", capacity_,
+                           " tokens; appending ", n, " would overflow its capacity");
+  }
+
+  /// Reserves n tokens after the checks; returns the first new position.
+  int grow(int seq, int n) {
+    check_room(seq, n);
+    const int first = length_[std::size_t(seq)];
+    length_[std::size_t(seq)] += n;
+    return first;
+  }
+
+ private:
+  static constexpr int kClosed = -1;
+  int capacity_;
+  std::vector<int> length_;
+};
+
+}  // namespace polyattn

@@ -1,0 +1,39 @@
+// The contract between variants and executors. Every variant reduces decode and prefill to
+// one primitive: for each query row, G query heads per cache head take a softmax over the
+// cached key rows (up to `visible` tokens) and accumulate the matching value rows.
+//   MHA/GQA/MQA: keys = tensor 0 (K), values = tensor 1 (V), G = n_heads / kv_heads.
+//   K-only (slim):  keys = values = tensor 0; the variant maps the result through W_KV after.
+//   X-cache / MLA:  one shared cache head (G = n_heads) whose row holds x (or latent|rope key);
+//                   the variant transforms queries before and outputs after.
+// Executors implement `attend(store, spec, jobs)` once; new variants only describe a spec.
+#pragma once
+
+#include <span>
+
+namespace polyattn {
+
+struct AttendSpec {
+  int cache_heads = 0;    ///< heads of the key/value tensors (KV heads)
+  int group = 1;          ///< query heads per cache head
+  int key_dim = 0;        ///< elements of a key row used for scores
+  int value_dim = 0;      ///< elements of a value row accumulated
+  int key_tensor = 0;     ///< cached tensor holding keys, and the column where they start
+  int key_offset = 0;
+  int value_tensor = 1;   ///< cached tensor holding values, and the column where they start
+  int value_offset = 0;
+  float scale = 1.0f;     ///< softmax scale applied to q.k
+
+  int query_heads() const { return cache_heads * group; }
+};
+
+/// One query row: `query` is (cache_heads * group, key_dim) row-major, query head
+/// h * group + g reading cache head h; `out` is (cache_heads * group, value_dim).
+/// It attends to tokens [0, visible) of sequence `seq`.
+struct QueryJob {
+  int seq = 0;
+  int visible = 0;
+  const float* query = nullptr;
+  float* out = nullptr;
+};
+
+}  // namespace polyattn

@@ -1,0 +1,50 @@
+// Online (streaming) softmax state, shared by every executor. Attention over a set of tokens is
+// computed chunk by chunk: each chunk keeps (max score m, sum of exp(s - m) l, unnormalised
+// output acc); two chunks merge exactly, so a sequence can be split across threads or GPU
+// blocks and recombined (flash-decoding).
+#pragma once
+
+#include <cmath>
+#include <limits>
+
+#include "polyattn/core/host_device.hpp"
+
+namespace polyattn {
+
+template <class Acc>
+struct SoftmaxState {
+  Acc max = -std::numeric_limits<Acc>::infinity();
+  Acc sum = Acc(0);
+
+  bool empty() const { return sum == Acc(0); }
+
+  /// Raises the running max to at least `block_max`; returns the factor by which the sum (done
+  /// here) and the caller's accumulators must be multiplied.
+  POLYATTN_HOST_DEVICE Acc raise_max(Acc block_max) {
+    if (block_max <= max) return Acc(1);
+    const Acc factor = (max == -std::numeric_limits<Acc>::infinity()) ? Acc(0) : std::exp(max - block_max);
+    sum *= factor;
+    max = block_max;
+    return factor;
+  }
+};
+
+/// Merges chunk b (state `sb`, accumulators `acc_b[dim]`) into chunk a, in place.
+template <class Acc>
+POLYATTN_HOST_DEVICE void merge_softmax(SoftmaxState<Acc>& sa, Acc* acc_a, const SoftmaxState<Acc>& sb,
+                                        const Acc* acc_b, int dim) {
+  if (sb.sum == Acc(0)) return;
+  if (sa.sum == Acc(0)) {
+    sa = sb;
+    for (int i = 0; i < dim; ++i) acc_a[i] = acc_b[i];
+    return;
+  }
+  const Acc m = sa.max > sb.max ? sa.max : sb.max;
+  const Acc fa = std::exp(sa.max - m);
+  const Acc fb = std::exp(sb.max - m);
+  for (int i = 0; i < dim; ++i) acc_a[i] = acc_a[i] * fa + acc_b[i] * fb;
+  sa.sum = sa.sum * fa + sb.sum * fb;
+  sa.max = m;
+}
+
+}  // namespace polyattn

@@ -1,0 +1,35 @@
+// Runtime shapes shared by every policy.
+#pragma once
+
+#include <cstddef>
+
+namespace polyattn {
+
+/// Query-side shape of one attention layer: `n_heads` query heads of `head_dim` each.
+/// Variants derive their cache shape (KV heads, latent width...) from it.
+struct AttentionShape {
+  int n_heads = 0;
+  int head_dim = 0;
+  int model_dim = 0;  ///< width of the layer input x (X-cache, latent projections); 0 = n_heads * head_dim
+
+  constexpr int query_width() const { return n_heads * head_dim; }
+  constexpr int input_width() const { return model_dim > 0 ? model_dim : n_heads * head_dim; }
+};
+
+/// Per-token shape of one cached tensor: `heads` rows of `dim` elements.
+/// MHA caches two (K and V, each (kv_heads, head_dim)); an X-cache caches one (1, d_model).
+struct TensorSpec {
+  int heads = 0;
+  int dim = 0;
+  constexpr std::size_t elements() const { return std::size_t(heads) * std::size_t(dim); }
+};
+
+/// How much cache an `Attention` object owns.
+struct CacheConfig {
+  int max_sequences = 1;  ///< sequences that can be open at once (the decode batch)
+  int capacity = 448;     ///< tokens per sequence (Whisper's decoder context is 448)
+  int pool_pages = 0;     ///< paged layouts: pages in the pool; 0 = enough for every sequence at full capacity
+  bool poison_unused = false;  ///< fill unused and freed rows with NaN, so a read past the end shows
+};
+
+}  // namespace polyattn
