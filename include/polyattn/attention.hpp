@@ -1,0 +1,189 @@
+// Attention<Variant, Layout, Executor, T>: a layer's attention with its own cache.
+//
+//   append(seq, rows)              write rows (K/V, or what the variant caches) to the cache
+//   attend(seqs, q, out)           one query per sequence over everything cached (cross-attention)
+//   decode(seqs, q, rows, out)     append one token per sequence, then attend (self-attention)
+//   prefill(seq, q, rows, mask, out)  append a chunk, then attend it: causal (decoder) or full
+//
+// q is (rows, Variant::query_width(shape)); out is (rows, Variant::output_width(shape)), the
+// concatenated heads before the output projection. Every call checks all of its inputs before
+// it writes anything, so a failed call leaves the cache as it was.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "polyattn/cache/layout_traits.hpp"
+#include "polyattn/core/attend.hpp"
+#include "polyattn/core/error.hpp"
+#include "polyattn/core/matrix.hpp"
+#include "polyattn/core/shape.hpp"
+#include "polyattn/variants/variant.hpp"
+
+namespace polyattn {
+
+/// Which keys a prefill query sees: `causal` = its own position and earlier (decoder
+/// self-attention), `full` = the whole sequence including later tokens of the chunk (encoder).
+enum class Mask { causal, full };
+
+template <class Variant, class Layout, class Executor, class T = float>
+class Attention {
+  static_assert(AttentionVariant<Variant>,
+                "polyattn: the Variant argument of Attention does not model AttentionVariant (see variants/variant.hpp)");
+  static_assert(std::is_floating_point_v<T>, "polyattn: cache element type T must be a floating-point type");
+
+ public:
+  using variant_type = Variant;
+  using layout_type = Layout;
+  using executor_type = Executor;
+  using value_type = T;
+  using Store = CacheStore<Layout, T>;
+  using Params = typename Variant::Params;
+  using Rows = typename Variant::Rows;
+
+  /// Bytes of cache one token costs for this variant and element type, at compile time.
+  static constexpr std::size_t cache_bytes_per_token(AttentionShape shape) {
+    return Variant::cache_elements_per_token(shape) * sizeof(T);
+  }
+
+  static std::string name() { return Variant::name() + "/" + Layout::name() + "/" + Executor::name(); }
+
+  /// `threads` is passed to the executor (0 = all hardware threads).
+  Attention(AttentionShape shape, CacheConfig config, Params params = {}, int threads = 0)
+      : shape_(validated(shape, params)),
+        params_(std::move(params)),
+        spec_(Variant::attend_spec(shape_, params_)),
+        store_(Variant::cache_tensors(shape_, params_), config),
+        executor_(threads) {}
+
+  const AttentionShape& shape() const { return shape_; }
+  const Params& params() const { return params_; }
+  const AttendSpec& attend_spec() const { return spec_; }
+  const Store& cache() const { return store_; }
+  Store& cache() { return store_; }
+  Executor& executor() { return executor_; }
+
+  int open_sequence() { return store_.open(); }
+  void close_sequence(int seq) { store_.close(seq); }
+  int length(int seq) const { return store_.length(seq); }
+  int capacity() const { return store_.capacity(); }
+  std::size_t cache_bytes_allocated() const { return store_.bytes_allocated(); }
+  /// Bytes of cache holding tokens of `seq` (what decode reads per step for it).
+  std::size_t cache_bytes_used(int seq) const { return std::size_t(length(seq)) * cache_bytes_per_token(shape_); }
+
+  void append(int seq, const Rows& rows) {
+    Variant::check_rows(shape_, params_, rows);
+    const int n = Variant::row_count(rows);
+    store_.check_room(seq, n);
+    write(seq, rows, 0, n);
+  }
+
+  void attend(std::span<const int> seqs, ConstMatrixRef q, MatrixRef out) {
+    check_batch(seqs, q, out, "attend");
+    for (int seq : seqs)
+      require<ShapeError>(store_.length(seq) > 0, "attend: sequence ", seq, " has no cached tokens to attend to");
+    jobs_.clear();
+    for (std::size_t i = 0; i < seqs.size(); ++i) jobs_.push_back({seqs[i], store_.length(seqs[i]), nullptr, nullptr});
+    run(q, out);
+  }
+
+  void decode(std::span<const int> seqs, ConstMatrixRef q, const Rows& rows, MatrixRef out) {
+    check_batch(seqs, q, out, "decode");
+    Variant::check_rows(shape_, params_, rows);
+    require<ShapeError>(Variant::row_count(rows) == int(seqs.size()), "decode: ", seqs.size(), " sequences but ",
+                        Variant::row_count(rows), " cache rows (one new token per sequence)");
+    for (int seq : seqs) store_.check_room(seq, 1);
+    jobs_.clear();
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      write(seqs[i], rows, int(i), 1);
+      jobs_.push_back({seqs[i], store_.length(seqs[i]), nullptr, nullptr});
+    }
+    run(q, out);
+  }
+
+  void prefill(int seq, ConstMatrixRef q, const Rows& rows, Mask mask, MatrixRef out) {
+    const int n = int(q.rows());
+    check_width(q, Variant::query_width(shape_), "prefill: q");
+    check_width(out, Variant::output_width(shape_), "prefill: out");
+    require<ShapeError>(out.rows() == n, "prefill: out has ", out.rows(), " rows, expected ", n, " (one per query)");
+    Variant::check_rows(shape_, params_, rows);
+    require<ShapeError>(Variant::row_count(rows) == n, "prefill: q has ", n, " rows but there are ", Variant::row_count(rows),
+                        " cache rows");
+    store_.check_room(seq, n);
+    const int first = write(seq, rows, 0, n);
+    jobs_.clear();
+    for (int i = 0; i < n; ++i) jobs_.push_back({seq, mask == Mask::causal ? first + i + 1 : first + n, nullptr, nullptr});
+    run(q, out);
+  }
+
+ private:
+  static AttentionShape validated(AttentionShape shape, const Params& params) {
+    Variant::validate(shape, params);
+    return shape;
+  }
+
+  int write(int seq, const Rows& rows, int first_row, int n) {
+    const int pos = store_.grow(seq, n);
+    Variant::write_rows(store_, seq, pos, shape_, params_, rows, first_row, n);
+    return pos;
+  }
+
+  template <class M>
+  static void check_width(const M& m, int expected, const char* what) {
+    require<ShapeError>(m.cols() == expected, what, " has ", m.cols(), " columns, expected ", expected);
+  }
+
+  void check_batch(std::span<const int> seqs, ConstMatrixRef q, MatrixRef out, const char* what) const {
+    const auto b = std::ptrdiff_t(seqs.size());
+    require<ShapeError>(q.rows() == b, what, ": ", b, " sequences but q has ", q.rows(), " rows");
+    require<ShapeError>(out.rows() == b, what, ": ", b, " sequences but out has ", out.rows(), " rows");
+    check_width(q, Variant::query_width(shape_), "q");
+    check_width(out, Variant::output_width(shape_), "out");
+    for (int seq : seqs) store_.length(seq);  // throws SequenceError for a sequence that is not open
+    std::vector<int> sorted(seqs.begin(), seqs.end());
+    std::sort(sorted.begin(), sorted.end());
+    const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+    require<ShapeError>(dup == sorted.end(), what, ": sequence ", dup == sorted.end() ? -1 : *dup,
+                        " appears twice in one batch");
+  }
+
+  /// Runs the executor for jobs_ (seq and visible set), mapping queries and outputs through the
+  /// variant's hooks.
+  void run(ConstMatrixRef q, MatrixRef out) {
+    const float* q_data = q.data();
+    std::ptrdiff_t q_stride = q.outerStride();
+    if constexpr (Variant::transforms_queries) {
+      Variant::prepare_queries(shape_, params_, q, queries_);
+      q_data = queries_.data();
+      q_stride = queries_.cols();
+    }
+    float* out_data = out.data();
+    std::ptrdiff_t out_stride = out.outerStride();
+    if constexpr (Variant::transforms_outputs) {
+      attended_.resize(std::ptrdiff_t(jobs_.size()), std::ptrdiff_t(spec_.query_heads()) * spec_.value_dim);
+      out_data = attended_.data();
+      out_stride = attended_.cols();
+    }
+    for (std::size_t i = 0; i < jobs_.size(); ++i) {
+      jobs_[i].query = q_data + std::ptrdiff_t(i) * q_stride;
+      jobs_[i].out = out_data + std::ptrdiff_t(i) * out_stride;
+    }
+    executor_.attend(std::as_const(store_), spec_, std::span<const QueryJob>(jobs_));
+    if constexpr (Variant::transforms_outputs) Variant::finish_outputs(shape_, params_, attended_, out);
+  }
+
+  AttentionShape shape_;
+  Params params_;
+  AttendSpec spec_;
+  Store store_;
+  Executor executor_;
+  std::vector<QueryJob> jobs_;
+  RowMatrixXf queries_, attended_;  // scratch for variants with query/output transforms
+};
+
+}  // namespace polyattn

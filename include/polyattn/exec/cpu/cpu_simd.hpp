@@ -1,0 +1,100 @@
+// CPU executor: xsimd kernels, parallel over (query row, cache head) and, when that leaves
+// threads idle, over chunks of each sequence (flash-decoding). Chunk results are recombined
+// exactly with the online-softmax merge, so one long sequence still uses every core.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "polyattn/core/attend.hpp"
+#include "polyattn/core/online_softmax.hpp"
+#include "polyattn/core/thread_pool.hpp"
+#include "polyattn/exec/cpu/kernels.hpp"
+
+namespace polyattn::exec {
+
+class CpuSimd {
+ public:
+  static std::string name() { return "cpu"; }
+
+  /// Smallest chunk a sequence is split into: below this the merge costs more than it saves.
+  static constexpr int kMinChunk = 256;
+
+  /// `threads` counts the calling thread; 0 = all hardware threads.
+  explicit CpuSimd(int threads = 0) : pool_(std::make_unique<ThreadPool>(threads)) {}
+
+  int threads() const { return pool_->size(); }
+
+  template <class Store>
+  void attend(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) {
+    using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
+    static_assert(std::is_same_v<T, float>, "polyattn: the CpuSimd executor supports float caches only (for now)");
+    const int H = spec.cache_heads, G = spec.group, dv = spec.value_dim;
+    const int n_jobs = int(jobs.size());
+    if (n_jobs == 0) return;
+
+    // Plan: enough units for every thread (4 per thread smooths uneven lengths).
+    const int pairs = n_jobs * H;
+    const int wanted_splits = std::max(1, (4 * threads() + pairs - 1) / pairs);
+    std::vector<int> chunk_len(std::size_t{0} + std::size_t(n_jobs));
+    std::vector<int> first_unit(std::size_t(n_jobs) + 1, 0);
+    for (int j = 0; j < n_jobs; ++j) {
+      const int visible = jobs[std::size_t(j)].visible;
+      const int splits = std::clamp((visible + kMinChunk - 1) / kMinChunk, 1, wanted_splits);
+      chunk_len[std::size_t(j)] = std::max(1, (visible + splits - 1) / splits);
+      const int chunks = std::max(1, (visible + chunk_len[std::size_t(j)] - 1) / chunk_len[std::size_t(j)]);
+      first_unit[std::size_t(j) + 1] = first_unit[std::size_t(j)] + chunks * H;
+    }
+    const int n_units = first_unit.back();
+
+    // Per unit and query head of the group: a softmax state and a value accumulator.
+    states_.assign(std::size_t(n_units) * G, SoftmaxState<float>{});
+    acc_.resize(std::size_t(n_units) * G * dv);
+
+    pool_->parallel_for(n_units, [&](int unit) {
+      const int j = int(std::upper_bound(first_unit.begin(), first_unit.end(), unit) - first_unit.begin()) - 1;
+      const QueryJob& job = jobs[std::size_t(j)];
+      const int local = unit - first_unit[std::size_t(j)];
+      const int h = local % H, chunk = local / H;
+      const int begin = chunk * chunk_len[std::size_t(j)];
+      const int end = std::min(job.visible, begin + chunk_len[std::size_t(j)]);
+      thread_local std::vector<float> q, scores;
+      q.resize(std::size_t(G) * spec.key_dim);
+      scores.resize(std::size_t(G) * cpu::kScoreBlock);
+      const float* q_head = job.query + std::ptrdiff_t(h) * G * spec.key_dim;
+      for (std::size_t i = 0; i < q.size(); ++i) q[i] = q_head[i] * spec.scale;  // fold the scale into q once
+      cpu::attend_chunk(store, spec, job.seq, h, begin, end, q.data(),
+                        {states_.data() + std::size_t(unit) * G, acc_.data() + std::size_t(unit) * G * dv}, scores.data());
+    });
+
+    // Merge each (job, head)'s chunks in order and normalise.
+    pool_->parallel_for(pairs, [&](int pair) {
+      const int j = pair / H, h = pair % H;
+      const int chunks = (first_unit[std::size_t(j) + 1] - first_unit[std::size_t(j)]) / H;
+      for (int g = 0; g < G; ++g) {
+        const std::size_t first = std::size_t(first_unit[std::size_t(j)] + h) * G + g;
+        SoftmaxState<float> state = states_[first];
+        float* acc = acc_.data() + first * dv;
+        for (int c = 1; c < chunks; ++c) {
+          const std::size_t other = std::size_t(first_unit[std::size_t(j)] + c * H + h) * G + g;
+          merge_softmax(state, acc, states_[other], acc_.data() + other * dv, dv);
+        }
+        float* out = jobs[std::size_t(j)].out + std::ptrdiff_t(h * G + g) * dv;
+        const float inv = state.sum > 0 ? 1.0f / state.sum : 0.0f;
+        for (int i = 0; i < dv; ++i) out[i] = acc[i] * inv;
+      }
+    });
+  }
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<SoftmaxState<float>> states_;
+  std::vector<float> acc_;
+};
+
+}  // namespace polyattn::exec

@@ -1,0 +1,14 @@
+// Umbrella header: every policy that needs no CUDA compiler and no model code.
+#pragma once
+
+#include "polyattn/attention.hpp"
+#include "polyattn/cache/contiguous.hpp"
+#include "polyattn/cache/paged.hpp"
+#include "polyattn/core/error.hpp"
+#include "polyattn/core/online_softmax.hpp"
+#include "polyattn/core/shape.hpp"
+#include "polyattn/core/thread_pool.hpp"
+#include "polyattn/dispatch.hpp"
+#include "polyattn/exec/cpu/cpu_simd.hpp"
+#include "polyattn/exec/reference/reference.hpp"
+#include "polyattn/variants/mha_gqa.hpp"

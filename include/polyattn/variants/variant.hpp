@@ -1,0 +1,50 @@
+// What a variant is. A variant describes *what is cached per token* and how attention over that
+// cache is formed; it never names a layout or an executor (see core/attend.hpp for the
+// primitive every variant reduces to).
+//
+// A variant V provides:
+//   V::name()                                   short name ("mha", "gqa2", ...)
+//   V::Params                                   weights or options it needs (empty for MHA)
+//   V::Rows                                     what append() writes: one row per token
+//   V::validate(shape, params)                  throws ShapeError for an unusable shape
+//   V::cache_tensors(shape, params)             the cached tensors' per-token shapes
+//   V::cache_elements_per_token(shape)          constexpr, for capacity planning
+//   V::attend_spec(shape, params)               keys/values/group/scale for the executor
+//   V::query_width(shape), V::output_width(shape)  columns of q and of the output
+//   V::row_count(rows), V::check_rows(shape, params, rows)
+//   V::write_rows(store, seq, pos, shape, params, rows, first_row, n)
+// and, when `transforms_queries` / `transforms_outputs` is true,
+//   V::prepare_queries(shape, params, q, RowMatrixXf& attend_queries)
+//   V::finish_outputs(shape, params, const RowMatrixXf& attended, MatrixRef out)
+#pragma once
+
+#include <concepts>
+#include <string>
+
+#include "polyattn/core/attend.hpp"
+#include "polyattn/core/shape.hpp"
+
+namespace polyattn {
+
+/// Defaults for the optional hooks: queries and outputs pass through untouched.
+struct VariantBase {
+  static constexpr bool transforms_queries = false;
+  static constexpr bool transforms_outputs = false;
+};
+
+template <class V>
+concept AttentionVariant = requires(AttentionShape shape, const typename V::Params& params, const typename V::Rows& rows) {
+  { V::name() } -> std::convertible_to<std::string>;
+  { V::cache_elements_per_token(shape) } -> std::convertible_to<std::size_t>;
+  { V::attend_spec(shape, params) } -> std::same_as<AttendSpec>;
+  { V::query_width(shape) } -> std::convertible_to<int>;
+  { V::output_width(shape) } -> std::convertible_to<int>;
+  { V::row_count(rows) } -> std::convertible_to<int>;
+  V::validate(shape, params);
+  V::check_rows(shape, params, rows);
+  V::cache_tensors(shape, params);
+  { V::transforms_queries } -> std::convertible_to<bool>;
+  { V::transforms_outputs } -> std::convertible_to<bool>;
+};
+
+}  // namespace polyattn
