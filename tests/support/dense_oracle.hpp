@@ -1,0 +1,75 @@
+// Test support: attention computed densely, in double, from full (tokens, heads * dim) matrices,
+// with no cache and no polyattn code, so it checks the Reference executor itself.
+#pragma once
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <polyattn/core/matrix.hpp>
+
+namespace polyattn::testing {
+
+/// out (n_q, n_heads * dv): query i (absolute position first_pos + i) attends keys [0, visible(i))
+/// where visible = causal ? first_pos + i + 1 : keys.rows(). Query head h reads KV head h / group.
+inline RowMatrixXf dense_attention(const RowMatrixXf& q, const RowMatrixXf& k, const RowMatrixXf& v, int n_heads, int group,
+                                   bool causal, int first_pos) {
+  const int dk = int(q.cols()) / n_heads;
+  const int dv = int(v.cols()) / (n_heads / group);
+  RowMatrixXf out(q.rows(), n_heads * dv);
+  for (int i = 0; i < q.rows(); ++i) {
+    const int visible = causal ? first_pos + i + 1 : int(k.rows());
+    for (int h = 0; h < n_heads; ++h) {
+      const int kv = h / group;
+      std::vector<double> s(static_cast<std::size_t>(visible));
+      double m = -INFINITY, sum = 0;
+      for (int t = 0; t < visible; ++t) {
+        double d = 0;
+        for (int c = 0; c < dk; ++c) d += double(q(i, h * dk + c)) * double(k(t, kv * dk + c));
+        s[std::size_t(t)] = d / std::sqrt(double(dk));
+        m = std::max(m, s[std::size_t(t)]);
+      }
+      for (auto& x : s) sum += (x = std::exp(x - m));
+      for (int c = 0; c < dv; ++c) {
+        double acc = 0;
+        for (int t = 0; t < visible; ++t) acc += s[std::size_t(t)] * double(v(t, kv * dv + c));
+        out(i, h * dv + c) = float(acc / sum);
+      }
+    }
+  }
+  return out;
+}
+
+/// Uniform(-range, range) entries from a seeded generator (tests are reproducible).
+inline RowMatrixXf random_matrix(int rows, int cols, std::mt19937& rng, float range = 1.0f) {
+  std::uniform_real_distribution<float> dist(-range, range);
+  RowMatrixXf m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = dist(rng);
+  return m;
+}
+
+/// Largest |a - b|; NaN anywhere makes it NaN (so a comparison with a tolerance fails).
+inline double max_abs_diff(const RowMatrixXf& a, const RowMatrixXf& b) {
+  double worst = 0;
+  for (Eigen::Index i = 0; i < a.size(); ++i) {
+    const double d = std::abs(double(a.data()[i]) - double(b.data()[i]));
+    if (std::isnan(d)) return d;
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+/// Error bound for fp32 attention against a double oracle, entries of q, k, v in [-1, 1].
+/// Scores: a dk-term fp32 dot product summed in SIMD lanes (at most dk/8 terms per lane, then a
+/// log-depth lane reduction and a scalar tail of < 16 terms) errs by at most
+/// (dk/8 + 16) * eps * sum|q_i k_i| * scale <= (dk/8 + 16) * eps * sqrt(dk). A score error ds moves
+/// each softmax weight by a relative 2 ds at most, hence the output (a convex combination of
+/// values in [-1, 1]) by 2 ds. The value accumulation adds `tokens` fp32 terms in sequence:
+/// relative error <= tokens * eps, for the numerator and the normaliser, plus a few roundings.
+inline double fp32_attention_tolerance(int dk, int tokens) {
+  const double eps = 0x1p-24;  // unit roundoff of fp32
+  const double ds = (dk / 8.0 + 16) * eps * std::sqrt(double(dk));
+  return 2 * ds + 2 * eps * (tokens + 8);
+}
+
+}  // namespace polyattn::testing

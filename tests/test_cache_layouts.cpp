@@ -1,0 +1,83 @@
+// The cache-layout trait: where rows live, page allocation and freeing, bytes per token.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <set>
+
+#include <polyattn/polyattn.hpp>
+
+using namespace polyattn;
+
+// Bytes per token are known at compile time: Whisper tiny's decoder (6 heads of 64).
+static_assert(Attention<Mha, Nhd, exec::CpuSimd>::cache_bytes_per_token({6, 64}) == 2 * 6 * 64 * 4);
+static_assert(Attention<Gqa<2>, Paged<16>, exec::CpuSimd>::cache_bytes_per_token({6, 64}) == 2 * 3 * 64 * 4);
+static_assert(Attention<Mqa, Hnd, exec::Reference>::cache_bytes_per_token({8, 64}) == 2 * 1 * 64 * 4);
+static_assert(Attention<Mha, Nhd, exec::Reference, double>::cache_bytes_per_token({8, 64}) == 2 * 8 * 64 * 8);
+
+TEST_CASE("contiguous layouts place rows as NHD and HND say") {
+  const TensorSpec spec{3, 4};
+  const std::vector<TensorSpec> specs{spec};
+  const CacheConfig config{.max_sequences = 2, .capacity = 5};
+  CacheStore<Nhd, float> nhd(specs, config);
+  CacheStore<Hnd, float> hnd(specs, config);
+  nhd.open(), nhd.open(), hnd.open(), hnd.open();
+  nhd.grow(1, 5), hnd.grow(1, 5);
+  // NHD: consecutive tokens of a head are heads*dim apart; HND: dim apart.
+  CHECK(nhd.row(0, 1, 3, 2) - nhd.row(0, 1, 2, 2) == 3 * 4);
+  CHECK(hnd.row(0, 1, 3, 2) - hnd.row(0, 1, 2, 2) == 4);
+  CHECK(nhd.run(0, 1, 2, 2).stride == 12);
+  CHECK(hnd.run(0, 1, 2, 2).stride == 4);
+  CHECK(nhd.run(0, 1, 2, 2).count == 3);
+  CHECK(nhd.bytes_allocated() == 2 * 5 * 12 * sizeof(float));
+  // Every (seq, token, head) has its own row.
+  std::set<const float*> rows;
+  for (int s = 0; s < 2; ++s)
+    for (int t = 0; t < 5; ++t)
+      for (int h = 0; h < 3; ++h) rows.insert(static_cast<const CacheStore<Hnd, float>&>(hnd).row(0, s, t, h));
+  CHECK(rows.size() == 30);
+}
+
+TEST_CASE("paged layout allocates pages as sequences grow and returns them on close") {
+  const std::vector<TensorSpec> specs{{2, 3}, {2, 3}};
+  CacheStore<Paged<4>, float> store(specs, {.max_sequences = 3, .capacity = 10, .pool_pages = 5, .poison_unused = true});
+  CHECK(store.pool_pages() == 5);
+  const int a = store.open(), b = store.open();
+  store.grow(a, 1);
+  CHECK(store.pages_of(a).size() == 1);
+  store.grow(a, 3);  // fills the first page exactly
+  CHECK(store.pages_of(a).size() == 1);
+  store.grow(a, 1);
+  CHECK(store.pages_of(a).size() == 2);
+  store.grow(b, 9);  // 3 pages
+  CHECK(store.free_pages() == 0);
+  // A run ends at the page boundary.
+  CHECK(store.run(0, b, 5, 1).count == 3);
+  // Pool exhausted: a clear error, nothing changes.
+  CHECK_THROWS_AS(store.grow(a, 4), CapacityError);
+  CHECK(store.length(a) == 5);
+  CHECK(store.pages_of(a).size() == 2);
+  // Closing returns pages, poisoned with NaN, to the pool.
+  const float* first_page_row = store.row(0, b, 0, 0);
+  store.close(b);
+  CHECK(store.free_pages() == 3);
+  CHECK(std::isnan(*first_page_row));
+  store.grow(a, 4);
+  CHECK(store.length(a) == 9);
+}
+
+TEST_CASE("paged pool defaults to full capacity for every sequence") {
+  const std::vector<TensorSpec> specs{{1, 8}};
+  CacheStore<Paged<16>, float> store(specs, {.max_sequences = 4, .capacity = 448});
+  CHECK(store.pool_pages() == 4 * 28);
+  CHECK(store.bytes_allocated() == std::size_t(4 * 28 * 16 * 8) * sizeof(float));
+}
+
+TEST_CASE("poisoned contiguous capacity is NaN until written") {
+  const std::vector<TensorSpec> specs{{1, 2}};
+  CacheStore<Nhd, float> store(specs, {.max_sequences = 1, .capacity = 3, .poison_unused = true});
+  const int s = store.open();
+  CHECK(std::isnan(*store.row(0, s, 2, 0)));
+  store.grow(s, 1);
+  *store.row(0, s, 0, 0) = 1.0f;
+  CHECK(*store.row(0, s, 0, 0) == 1.0f);
+}

@@ -1,0 +1,100 @@
+// Bad input gets a clear error naming the value, and a failed call leaves the cache as it was.
+#include <doctest/doctest.h>
+
+#include <random>
+#include <string>
+
+#include <polyattn/polyattn.hpp>
+
+#include "support/dense_oracle.hpp"
+
+using namespace polyattn;
+using polyattn::testing::random_matrix;
+
+namespace {
+/// Checks that `f` throws E and that the message contains `needle`.
+template <class E, class F>
+void check_throws_with(F&& f, const std::string& needle) {
+  try {
+    f();
+    FAIL("expected an exception mentioning: ", needle);
+  } catch (const E& e) {
+    INFO("message: ", e.what());
+    CHECK(std::string(e.what()).find(needle) != std::string::npos);
+  }
+}
+}  // namespace
+
+TEST_CASE("mismatched shapes are rejected with the offending numbers") {
+  Attention<Gqa<2>, Nhd, exec::CpuSimd> attn({6, 16}, {.max_sequences = 2, .capacity = 8}, {}, 1);
+  const int s = attn.open_sequence();
+  std::mt19937 rng(1);
+  RowMatrixXf q = random_matrix(2, 96, rng), k = random_matrix(2, 48, rng), v = random_matrix(2, 48, rng), out(2, 96);
+  RowMatrixXf k_bad = random_matrix(2, 96, rng), q_bad = random_matrix(2, 95, rng), out_bad(3, 96);
+  check_throws_with<ShapeError>([&] { attn.prefill(s, q, {k_bad, v}, Mask::causal, out); }, "k has 96 columns, expected");
+  check_throws_with<ShapeError>([&] { attn.prefill(s, q_bad, {k, v}, Mask::causal, out); }, "95 columns, expected 96");
+  check_throws_with<ShapeError>([&] { attn.prefill(s, q, {k, v}, Mask::causal, out_bad); }, "out has 3 rows");
+  check_throws_with<ShapeError>([&] { attn.prefill(s, q, {k.topRows(1), v.topRows(1)}, Mask::causal, out); },
+                                "q has 2 rows but there are 1 cache rows");
+  CHECK(attn.length(s) == 0);  // nothing was written by the failed calls
+}
+
+TEST_CASE("a group size that does not divide the heads is rejected") {
+  using A = Attention<Gqa<4>, Nhd, exec::Reference>;
+  check_throws_with<ShapeError>([] { A({6, 64}, {}); }, "n_heads = 6 is not a multiple of the group size 4");
+  check_throws_with<ShapeError>([] { Attention<Mha, Nhd, exec::Reference>({0, 64}, {}); }, "must be >= 1");
+}
+
+TEST_CASE("decode on an unknown or duplicated sequence is rejected") {
+  Attention<Mha, Hnd, exec::CpuSimd> attn({2, 4}, {.max_sequences = 2, .capacity = 8}, {}, 1);
+  const int s = attn.open_sequence();
+  RowMatrixXf q = RowMatrixXf::Zero(1, 8), k = RowMatrixXf::Zero(1, 8), v = RowMatrixXf::Zero(1, 8), out(1, 8);
+  const int unknown[] = {1};
+  check_throws_with<SequenceError>([&] { attn.decode(unknown, q, {k, v}, out); }, "sequence 1 is not open");
+  const int out_of_range[] = {7};
+  check_throws_with<SequenceError>([&] { attn.decode(out_of_range, q, {k, v}, out); }, "sequence 7 is not open");
+  RowMatrixXf q2 = RowMatrixXf::Zero(2, 8), k2 = RowMatrixXf::Zero(2, 8), v2 = RowMatrixXf::Zero(2, 8), out2(2, 8);
+  const int twice[] = {s, s};
+  check_throws_with<ShapeError>([&] { attn.decode(twice, q2, {k2, v2}, out2); }, "appears twice");
+  check_throws_with<ShapeError>([&] { attn.attend(std::span<const int>(twice, 1), q, out); }, "no cached tokens");
+  attn.close_sequence(s);
+  check_throws_with<SequenceError>([&] { attn.close_sequence(s); }, "is not open");
+  CHECK(attn.open_sequence() == s);
+  CHECK(attn.open_sequence() == 1);
+  check_throws_with<CapacityError>([&] { attn.open_sequence(); }, "all 2 sequence slots are open");
+}
+
+TEST_CASE_TEMPLATE("overflow is a clear error and loses nothing", L, Nhd, Hnd, Paged<3>) {
+  Attention<Mha, L, exec::CpuSimd> attn({2, 4}, {.max_sequences = 2, .capacity = 5, .poison_unused = true}, {}, 1);
+  const int a = attn.open_sequence(), b = attn.open_sequence();
+  std::mt19937 rng(3);
+  RowMatrixXf q = random_matrix(5, 8, rng), k = random_matrix(5, 8, rng), v = random_matrix(5, 8, rng), out(5, 8);
+  attn.prefill(a, q, {k, v}, Mask::causal, out);
+  attn.prefill(b, q.topRows(2), {k.topRows(2), v.topRows(2)}, Mask::causal, out.topRows(2));
+  const int ab[] = {b, a};
+  RowMatrixXf q2 = random_matrix(2, 8, rng), out2(2, 8), before(2, 8);
+  attn.attend(ab, q2, before);
+  // Decode would overflow sequence a: the whole batch is refused, b included.
+  check_throws_with<CapacityError>([&] { attn.decode(ab, q2, {k.topRows(2), v.topRows(2)}, out2); },
+                                   "holds 5 of 5 tokens; appending 1 would overflow");
+  check_throws_with<CapacityError>([&] { attn.append(b, {k.topRows(4), v.topRows(4)}); }, "holds 2 of 5");
+  CHECK(attn.length(a) == 5);
+  CHECK(attn.length(b) == 2);
+  attn.attend(ab, q2, out2);
+  CHECK(out2 == before);  // bit-identical: the cache is as it was
+}
+
+TEST_CASE("the dispatcher maps names to types and refuses anything else") {
+  std::string picked;
+  dispatch(PolicyChoice{"gqa", 2, "paged16", "reference"}, [&](auto type) { picked = decltype(type)::type::name(); });
+  CHECK(picked == "gqa2/paged16/reference");
+  dispatch(PolicyChoice{"mqa", 1, "hnd", "cpu"}, [&](auto type) { picked = decltype(type)::type::name(); });
+  CHECK(picked == "mqa/hnd/cpu");
+  check_throws_with<ShapeError>([] { dispatch(PolicyChoice{"gqa", 3, "nhd", "cpu"}, [](auto) {}); },
+                                "gqa with group size 3 is not instantiated; available: mha, mqa, gqa2, gqa4, gqa8");
+  check_throws_with<ShapeError>([] { dispatch(PolicyChoice{"mla", 1, "nhd", "cpu"}, [](auto) {}); }, "'mla' is not instantiated");
+  check_throws_with<ShapeError>([] { dispatch(PolicyChoice{"mha", 1, "paged8", "cpu"}, [](auto) {}); },
+                                "unknown cache layout 'paged8'; available: nhd, hnd, paged16");
+  check_throws_with<ShapeError>([] { dispatch(PolicyChoice{"mha", 1, "nhd", "gpu"}, [](auto) {}); },
+                                "unknown executor 'gpu'; available: reference, cpu");
+}
