@@ -4,7 +4,7 @@
 //   defaults, computed here, not loaded); log10(max(x, 1e-10)); clamp to (global max - 8);
 //   (x + 4) / 4.
 // Long audio: like whisper.transcribe, 30 s of zeros are appended to the samples before
-// the STFT, and 3000-frame (30 s) windows are cut from the result.
+// the STFT, and consecutive 3000-frame (30 s) windows are cut from the result.
 #pragma once
 
 #include <Eigen/Core>
@@ -20,10 +20,9 @@
 
 #include "error.hpp"
 #include "fft.hpp"
+#include "matrix.hpp"
 
 namespace polyattn::whisper {
-
-using RowMatrixXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 struct MelConfig {
   int sample_rate = 16000;
@@ -151,11 +150,15 @@ struct WhisperSpectrogram {
   int content_frames = 0;  // frames that come from the audio itself
   int chunk_frames = 3000;
 
-  // Frames [seek, seek + chunk_frames), shape (n_mels, chunk_frames).
+  // The encoder input for the window starting at `seek`: frames [seek, seek + 3000) of
+  // the zero-padded recording, shape (n_mels, chunk_frames). Frames past the audio are the
+  // log-mel of silence, as in openai-whisper's decode(pad_or_trim(audio)) and whisper.cpp.
+  // (whisper.transcribe instead pads the cut spectrogram with 0 after normalisation; on
+  // jfk.wav with tiny.en that variant loses the comma in "for you, ask".)
   RowMatrixXf window(int seek) const {
-    if (seek < 0 || seek + chunk_frames > mel.cols())
+    if (seek < 0 || seek + chunk_frames > mel.cols() || (seek >= content_frames && seek != 0))
       throw UnsupportedError("WhisperSpectrogram::window: seek " + std::to_string(seek) + " is outside [0, " +
-                             std::to_string(mel.cols() - chunk_frames) + "]");
+                             std::to_string(std::max(content_frames, 1)) + ")");
     return mel.middleCols(seek, chunk_frames);
   }
 

@@ -104,7 +104,10 @@ TEST_SUITE("mel") {
     CHECK(s.mel.cols() == 9500);
     CHECK(s.window_starts() == std::vector<int>{0, 3000, 6000});
     CHECK(s.window(6000).cols() == 3000);
-    CHECK_THROWS_AS(s.window(6501), Error);
+    CHECK_THROWS_AS(s.window(6500), Error);
+    CHECK(s.window(6000) == s.mel.middleCols(6000, 3000));
+    // Frames past the audio are the log-mel of silence: the floor, max - 8, normalised.
+    CHECK(((s.window(6000).rightCols(2400).array() - (s.mel.maxCoeff() - 2.0f)).abs() < 1e-5f).all());
     const WhisperSpectrogram empty = whisper_spectrogram({}, filters);
     CHECK(empty.content_frames == 0);
     CHECK(empty.window_starts() == std::vector<int>{0});
