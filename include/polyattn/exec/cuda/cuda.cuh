@@ -82,6 +82,9 @@ class Cuda {
     using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
     if (jobs.empty()) return;
     check_spec(store, spec);
+    for (const QueryJob& job : jobs)  // the mirror holds `length` tokens; reading past them is garbage
+      require<ShapeError>(job.visible >= 0 && job.visible <= store.length(job.seq), "Cuda executor: a job of sequence ", job.seq,
+                          " sees ", job.visible, " tokens but the sequence holds ", store.length(job.seq));
     POLYATTN_CUDA_CHECK(cudaSetDevice(device_));
     try {
       bind<T>(store);
