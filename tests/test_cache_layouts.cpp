@@ -81,3 +81,17 @@ TEST_CASE("poisoned contiguous capacity is NaN until written") {
   *store.row(0, s, 0, 0) = 1.0f;
   CHECK(*store.row(0, s, 0, 0) == 1.0f);
 }
+
+TEST_CASE_TEMPLATE("a reopened slot has a new generation, a grown one keeps its own", Layout, Nhd, Hnd, Paged<4>) {
+  const std::vector<TensorSpec> specs{{1, 2}};
+  CacheStore<Layout, float> store(specs, {.max_sequences = 2, .capacity = 8});
+  const int a = store.open(), b = store.open();
+  CHECK(store.generation(a) != store.generation(b));
+  const auto first = store.generation(a);
+  store.grow(a, 3);
+  CHECK(store.generation(a) == first);
+  store.close(a);
+  CHECK_THROWS_AS(store.generation(a), SequenceError);
+  CHECK(store.open() == a);  // the same slot ...
+  CHECK(store.generation(a) != first);  // ... opened again
+}

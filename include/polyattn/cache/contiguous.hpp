@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <string>
@@ -50,6 +51,7 @@ class ContiguousStore {
   }
   bool is_open(int seq) const { return table_.is_open(seq); }
   int length(int seq) const { return table_.length(seq); }
+  std::uint64_t generation(int seq) const { return table_.generation(seq); }
   int capacity() const { return table_.capacity(); }
   int max_sequences() const { return table_.max_sequences(); }
   void check_room(int seq, int n) const { table_.check_room(seq, n); }

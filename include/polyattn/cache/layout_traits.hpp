@@ -3,6 +3,7 @@
 //
 //   CacheStore(std::span<const TensorSpec> tensors, const CacheConfig&)
 //   int  open();  void close(int seq);  int length(int seq) const;  bool is_open(int seq) const;
+//   std::uint64_t generation(int seq) const;  // stamp of this opening (tells reopen from growth)
 //   void check_room(int seq, int n) const;   // throws CapacityError, changes nothing
 //   int  grow(int seq, int n);               // reserves n tokens, returns the first position
 //   T*   row(int tensor, int seq, int token, int head);        // `dim` contiguous elements

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <string>
@@ -58,6 +59,7 @@ class CacheStore<Paged<PageSize>, T> {
 
   bool is_open(int seq) const { return table_.is_open(seq); }
   int length(int seq) const { return table_.length(seq); }
+  std::uint64_t generation(int seq) const { return table_.generation(seq); }
   int capacity() const { return table_.capacity(); }
   int max_sequences() const { return table_.max_sequences(); }
   int free_pages() const { return int(free_pages_.size()); }

@@ -2,6 +2,7 @@
 // holds, and the capacity checks. Checks never modify state, so a failed append loses nothing.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "polyattn/core/error.hpp"
@@ -10,7 +11,8 @@ namespace polyattn {
 
 class SequenceTable {
  public:
-  SequenceTable(int max_sequences, int capacity) : capacity_(capacity), length_(std::size_t(max_sequences), kClosed) {
+  SequenceTable(int max_sequences, int capacity)
+      : capacity_(capacity), length_(std::size_t(max_sequences), kClosed), generation_(std::size_t(max_sequences), 0) {
     require<ShapeError>(max_sequences >= 1, "CacheConfig.max_sequences must be >= 1, got ", max_sequences);
     require<ShapeError>(capacity >= 1, "CacheConfig.capacity must be >= 1, got ", capacity);
   }
@@ -30,11 +32,20 @@ class SequenceTable {
     return length_[std::size_t(seq)];
   }
 
+  /// Which opening of slot `seq` this is: a stamp, unique within this table, taken when the slot
+  /// was opened. A copy of the cache kept elsewhere (a GPU mirror) compares it to tell a slot
+  /// that was closed and reopened from one that only grew.
+  std::uint64_t generation(int seq) const {
+    check_open(seq);
+    return generation_[std::size_t(seq)];
+  }
+
   /// Opens the lowest free slot.
   int open() {
     for (int s = 0; s < max_sequences(); ++s)
       if (length_[std::size_t(s)] == kClosed) {
         length_[std::size_t(s)] = 0;
+        generation_[std::size_t(s)] = ++opened_;
         return s;
       }
     throw CapacityError(detail::concat("polyattn: all ", max_sequences(),
@@ -65,6 +76,8 @@ class SequenceTable {
   static constexpr int kClosed = -1;
   int capacity_;
   std::vector<int> length_;
+  std::vector<std::uint64_t> generation_;
+  std::uint64_t opened_ = 0;  // slots opened so far
 };
 
 }  // namespace polyattn

@@ -11,9 +11,14 @@
 
 namespace polyattn {
 
+/// -inf as a constant: device code may read a constexpr variable, but not call the host-only
+/// constexpr numeric_limits<Acc>::infinity() (nvcc warning 20013).
+template <class Acc>
+inline constexpr Acc kNegativeInfinity = -std::numeric_limits<Acc>::infinity();
+
 template <class Acc>
 struct SoftmaxState {
-  Acc max = -std::numeric_limits<Acc>::infinity();
+  Acc max = kNegativeInfinity<Acc>;
   Acc sum = Acc(0);
 
   bool empty() const { return sum == Acc(0); }
@@ -22,7 +27,7 @@ struct SoftmaxState {
   /// here) and the caller's accumulators must be multiplied.
   POLYATTN_HOST_DEVICE Acc raise_max(Acc block_max) {
     if (block_max <= max) return Acc(1);
-    const Acc factor = (max == -std::numeric_limits<Acc>::infinity()) ? Acc(0) : std::exp(max - block_max);
+    const Acc factor = (max == kNegativeInfinity<Acc>) ? Acc(0) : std::exp(max - block_max);
     sum *= factor;
     max = block_max;
     return factor;

@@ -1,0 +1,144 @@
+// Decode attention on the GPU (exec::Cuda): per KV-sharing variant (MHA, GQA<2>, MQA) at
+// L = 4096, 16384, 65536 and batch 1, 16, 64, plus a cache-layout comparison at one shape.
+// A step is one query per sequence over its whole cache (attend), so it reads
+// batch * L * bytes-per-token of cache. Counters:
+//   GB_per_s         cache bytes / wall time of the call (queries up, outputs down, sync)
+//   kernel_GB_per_s  cache bytes / GPU time of the attention kernels alone
+//   of_d2d_bw        kernel_GB_per_s / d2d_GB_per_s, the roofline fraction
+//   d2d_GB_per_s     a device-to-device cudaMemcpy measured in this run, counting bytes read
+//                    plus bytes written (what HBM moves per second)
+// Compare variants as ratios within one run.
+#include <benchmark/benchmark.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <polyattn/attention.hpp>
+#include <polyattn/cache/contiguous.hpp>
+#include <polyattn/cache/paged.hpp>
+#include <polyattn/exec/cuda/cuda.cuh>
+#include <polyattn/variants/mha_gqa.hpp>
+
+namespace {
+
+using namespace polyattn;
+
+/// Best-of-`repeats` device-to-device copy of `bytes`, in bytes moved (read + write) per second.
+double measure_d2d_bandwidth(std::size_t bytes = std::size_t(1) << 30, int repeats = 10) {
+  exec::cuda::DeviceBuffer<std::byte> src, dst;
+  src.reserve(bytes);
+  dst.reserve(bytes);
+  POLYATTN_CUDA_CHECK(cudaMemset(src.data(), 1, bytes));
+  exec::cuda::Stream stream;
+  exec::cuda::Event start, stop;
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    start.record(stream);
+    POLYATTN_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
+    stop.record(stream);
+    stream.synchronize();
+    best = std::max(best, 2.0 * double(bytes) / stop.seconds_since(start));
+  }
+  return best;
+}
+
+/// Measured once per process, on first use; 0 without a device.
+double d2d_bandwidth() {
+  static const double bandwidth = exec::cuda::device_count() > 0 ? measure_d2d_bandwidth() : 0.0;
+  return bandwidth;
+}
+
+bool skip_without_device(benchmark::State& state) {
+  std::string reason;
+  if (exec::cuda::device_count(&reason) > 0) return false;
+  state.SkipWithError(("no CUDA device: skipping (" + reason + ")").c_str());
+  return true;
+}
+
+/// args: n_heads, head_dim, context length L, batch.
+template <class Variant, class Layout>
+void BM_CudaDecode(benchmark::State& state) {
+  if (skip_without_device(state)) return;
+  const AttentionShape shape{int(state.range(0)), int(state.range(1))};
+  const int length = int(state.range(2)), batch = int(state.range(3));
+  using A = Attention<Variant, Layout, exec::Cuda>;
+  const std::size_t per_token = A::cache_bytes_per_token(shape);
+  const std::size_t bytes_per_step = per_token * std::size_t(length) * std::size_t(batch);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  POLYATTN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (bytes_per_step + (std::size_t(256) << 20) > free_bytes) {
+    state.SkipWithError(("cache of " + std::to_string(bytes_per_step >> 20) + " MiB does not fit the device's " +
+                         std::to_string(free_bytes >> 20) + " MiB free")
+                            .c_str());
+    return;
+  }
+
+  A attn(shape, {.max_sequences = batch, .capacity = length});
+  std::vector<int> seqs;
+  for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  constexpr int kFillBlock = 512;  // rows generated once, appended repeatedly
+  const int kv_width = Variant::kv_heads(shape) * shape.head_dim;
+  const RowMatrixXf k = RowMatrixXf::NullaryExpr(kFillBlock, kv_width, [&] { return dist(rng); });
+  const RowMatrixXf v = RowMatrixXf::NullaryExpr(kFillBlock, kv_width, [&] { return dist(rng); });
+  for (int seq : seqs)
+    for (int done = 0; done < length; done += kFillBlock) {
+      const int n = std::min(kFillBlock, length - done);
+      attn.append(seq, {k.topRows(n), v.topRows(n)});
+    }
+
+  const RowMatrixXf q = RowMatrixXf::NullaryExpr(batch, shape.query_width(), [&] { return dist(rng); });
+  RowMatrixXf out(batch, shape.query_width());
+  d2d_bandwidth();              // measured before timing starts
+  attn.attend(seqs, q, out);    // the first call copies the whole cache to the device
+  double kernel_seconds = 0;
+  for (auto _ : state) {
+    attn.attend(seqs, q, out);
+    kernel_seconds += attn.executor().last_kernel_seconds();
+    benchmark::DoNotOptimize(out.data());
+  }
+
+  using benchmark::Counter;
+  const double steps = double(state.iterations());
+  const double kernel_rate = kernel_seconds > 0 ? double(bytes_per_step) * steps / kernel_seconds : 0.0;
+  state.counters["cache_B_per_token"] = double(per_token);
+  state.counters["MB_per_step"] = double(bytes_per_step) * 1e-6;
+  state.counters["GB_per_s"] = Counter(double(bytes_per_step) * 1e-9, Counter::kIsIterationInvariantRate);
+  state.counters["kernel_GB_per_s"] = kernel_rate * 1e-9;
+  state.counters["of_d2d_bw"] = d2d_bandwidth() > 0 ? kernel_rate / d2d_bandwidth() : 0.0;
+  state.counters["d2d_GB_per_s"] = d2d_bandwidth() * 1e-9;
+  state.SetLabel(A::name());
+}
+
+void DecodeShapes(benchmark::internal::Benchmark* b) {
+  for (int length : {4096, 16384, 65536})
+    for (int batch : {1, 16, 64}) b->Args({8, 64, length, batch});
+  b->ArgNames({"heads", "dim", "L", "batch"})->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+}
+
+void LayoutShape(benchmark::internal::Benchmark* b) {
+  b->Args({8, 64, 16384, 16})->ArgNames({"heads", "dim", "L", "batch"})->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+}
+
+/// The roofline itself, as its own row of the report.
+void BM_DeviceCopy(benchmark::State& state) {
+  if (skip_without_device(state)) return;
+  for (auto _ : state) benchmark::DoNotOptimize(d2d_bandwidth());
+  state.counters["d2d_GB_per_s"] = d2d_bandwidth() * 1e-9;
+}
+
+}  // namespace
+
+BENCHMARK(BM_DeviceCopy)->Iterations(1);
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Gqa<2>, polyattn::Nhd>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Mqa, polyattn::Nhd>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Hnd>)->Apply(LayoutShape);
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Paged<16>>)->Apply(LayoutShape);
+
+BENCHMARK_MAIN();

@@ -1,0 +1,298 @@
+// The CUDA executor: `Attention<Variant, Layout, exec::Cuda, T>` runs the attend primitive on
+// the GPU with the same API and results as the CPU executors.
+//
+// The host CacheStore stays the source of truth (variants write rows into it). The executor keeps
+// a device mirror of the store's tensors and page table, laid out exactly like the host store
+// (same pages), and before each attend copies what the batch's sequences gained since the last
+// call (mirror_plan.hpp): new rows are gathered into pinned staging, copied in one transfer and
+// placed by a scatter kernel through the same layout view the attention kernels read. Then
+// queries go up, attend_chunks + merge_chunks run on the executor's stream, outputs come back.
+//
+// Compile in a .cu translation unit (nvcc, C++20). A TU that also includes Eigen (attention.hpp
+// does) should define EIGEN_NO_CUDA so Eigen stays host-only, as the project's CMake does.
+//
+// Limits, checked with a clear error: key_dim and value_dim <= 2048, at most 4 cached tensors.
+// Rows are assumed immutable once written; a variant that rewrites a cached row in place (MTLA's
+// temporal merge into the last slot) needs the tracker to re-copy that row (not needed yet).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "polyattn/core/attend.hpp"
+#include "polyattn/core/error.hpp"
+#include "polyattn/exec/cuda/cuda_error.cuh"
+#include "polyattn/exec/cuda/device_layout.hpp"
+#include "polyattn/exec/cuda/device_memory.cuh"
+#include "polyattn/exec/cuda/kernels.cuh"
+#include "polyattn/exec/cuda/mirror_plan.hpp"
+
+namespace polyattn::exec {
+
+namespace cuda {
+
+/// CUDA devices visible to this process; 0 with `reason` set when there is none or no driver.
+inline int device_count(std::string* reason = nullptr) {
+  int count = 0;
+  const cudaError_t code = cudaGetDeviceCount(&count);
+  if (code != cudaSuccess) {
+    cudaGetLastError();
+    if (reason) *reason = std::string(cudaGetErrorName(code)) + ": " + cudaGetErrorString(code);
+    return 0;
+  }
+  if (count == 0 && reason) *reason = "cudaGetDeviceCount reports 0 devices";
+  return count;
+}
+
+}  // namespace cuda
+
+class Cuda {
+ public:
+  static std::string name() { return "cuda"; }
+
+  /// Bytes of pinned staging for cache rows; larger updates are copied in several rounds.
+  static constexpr std::size_t kStagingBytes = std::size_t(64) << 20;
+
+  /// Uses the current CUDA device; `threads` (host threads) is ignored. Throws CudaError when no
+  /// device is usable.
+  explicit Cuda(int /*threads*/ = 0) : device_(usable_device()) {
+    POLYATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+  }
+
+  int device() const { return device_; }
+  /// GPU time of the last attend's kernels (attend_chunks + merge_chunks), without copies.
+  double last_kernel_seconds() const { return last_kernel_seconds_; }
+  /// Device bytes held for the cache mirror.
+  std::size_t mirror_bytes() const {
+    std::size_t bytes = page_table_.size() * sizeof(int);
+    for (const auto& t : tensors_) bytes += t.size();
+    return bytes;
+  }
+
+  template <class Store>
+  void attend(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) {
+    using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
+    if (jobs.empty()) return;
+    check_spec(store, spec);
+    for (const QueryJob& job : jobs)  // the mirror holds `length` tokens; reading past them is garbage
+      require<ShapeError>(job.visible >= 0 && job.visible <= store.length(job.seq), "Cuda executor: a job of sequence ", job.seq,
+                          " sees ", job.visible, " tokens but the sequence holds ", store.length(job.seq));
+    POLYATTN_CUDA_CHECK(cudaSetDevice(device_));
+    try {
+      bind<T>(store);
+      sync<T>(store, jobs);
+      run<T>(spec, jobs);
+    } catch (...) {
+      cudaStreamSynchronize(stream_.get());  // no copy may still read the pinned buffers
+      cudaGetLastError();
+      bound_ = nullptr;  // a copy may have been half done: trust nothing on the device
+      throw;
+    }
+  }
+
+ private:
+  static int usable_device() {
+    std::string reason;
+    if (cuda::device_count(&reason) == 0) throw CudaError("cudaGetDeviceCount (" + reason + ")", cudaErrorNoDevice);
+    int device = 0;
+    POLYATTN_CUDA_CHECK(cudaGetDevice(&device));
+    return device;
+  }
+
+  template <class Store>
+  static void check_spec(const Store& store, const AttendSpec& spec) {
+    const auto tensors = store.tensors();
+    const auto check_tensor = [&](int tensor, int offset, int dim, const char* what) {
+      require<ShapeError>(tensor >= 0 && tensor < int(tensors.size()), "Cuda executor: ", what, " tensor ", tensor,
+                          " does not exist (the cache has ", tensors.size(), ")");
+      const TensorSpec& t = tensors[std::size_t(tensor)];
+      require<ShapeError>(offset >= 0 && dim >= 1 && offset + dim <= t.dim, "Cuda executor: ", what, " columns [", offset, ", ",
+                          offset + dim, ") do not fit a cached row of ", t.dim);
+      require<ShapeError>(spec.cache_heads <= t.heads, "Cuda executor: ", spec.cache_heads, " cache heads but ", what,
+                          " tensor ", tensor, " has ", t.heads);
+    };
+    require<ShapeError>(spec.cache_heads >= 1 && spec.group >= 1, "Cuda executor: cache_heads and group must be >= 1, got ",
+                        spec.cache_heads, " and ", spec.group);
+    check_tensor(spec.key_tensor, spec.key_offset, spec.key_dim, "key");
+    check_tensor(spec.value_tensor, spec.value_offset, spec.value_dim, "value");
+    require<ShapeError>(spec.key_dim <= cuda::kMaxKeyDim && spec.value_dim <= cuda::kMaxValueDim, "Cuda executor: key_dim ",
+                        spec.key_dim, " and value_dim ", spec.value_dim, " must be <= ", cuda::kMaxKeyDim);
+    const long long head_blocks = (long long)spec.cache_heads * ((spec.group + cuda::kGroupTile - 1) / cuda::kGroupTile);
+    require<ShapeError>(head_blocks <= cuda::kMaxGridYZ && spec.query_heads() <= cuda::kMaxGridYZ,
+                        "Cuda executor: too many heads (", spec.query_heads(), ") for one launch");
+  }
+
+  /// Allocates the mirror for `store` (once per store; a moved or different store starts over).
+  template <class T, class Store>
+  void bind(const Store& store) {
+    if (bound_ == &store) return;
+    geometry_ = cuda::device_geometry(store);
+    tensors_.resize(geometry_.tensors.size());
+    for (std::size_t t = 0; t < tensors_.size(); ++t) tensors_[t].reserve(geometry_.elements(int(t)) * sizeof(T));
+    if (geometry_.paged) page_table_.reserve(std::size_t(geometry_.max_sequences) * std::size_t(geometry_.pages_per_seq));
+    tracker_.reset(geometry_);
+    bound_ = &store;
+  }
+
+  template <class T>
+  cuda::DeviceCacheView<T> view() const {
+    T* data[cuda::kMaxCachedTensors] = {};
+    for (std::size_t t = 0; t < tensors_.size(); ++t) data[t] = reinterpret_cast<T*>(tensors_[t].data());
+    return cuda::make_view<T>(geometry_, data, page_table_.data());
+  }
+
+  /// Brings the mirror of the batch's sequences up to date.
+  template <class T, class Store>
+  void sync(const Store& store, std::span<const QueryJob> jobs) {
+    const cuda::MirrorPlan plan = tracker_.plan(store, jobs);
+    const std::size_t pps = std::size_t(geometry_.pages_per_seq);
+    for (const cuda::PageTableRange& r : plan.page_tables) {  // before the rows placed through them
+      const std::size_t at = std::size_t(r.seq) * pps + std::size_t(r.first);
+      POLYATTN_CUDA_CHECK(cudaMemcpyAsync(page_table_.data() + at, tracker_.page_table() + at, std::size_t(r.count) * sizeof(int),
+                                          cudaMemcpyHostToDevice, stream_.get()));
+    }
+    if (plan.rows.empty()) return;
+
+    // Gather rows (all heads of one token of one tensor) into pinned staging, flushing when full.
+    std::size_t row_elements = 0, total = 0, largest = 0, smallest = SIZE_MAX;
+    for (const TensorSpec& t : geometry_.tensors) {
+      row_elements += t.elements();
+      largest = std::max(largest, t.elements());
+      smallest = std::min(smallest, t.elements());
+    }
+    for (const cuda::RowRange& r : plan.rows) total += std::size_t(r.count) * row_elements;
+    const std::size_t capacity = std::min(total, std::max(kStagingBytes / sizeof(T), largest));
+    staging_.reserve(capacity * sizeof(T));
+    staging_device_.reserve(capacity * sizeof(T));
+    staged_rows_.reserve(capacity / smallest + 1);
+    staged_rows_device_.reserve(staged_rows_.size());
+
+    T* staging = reinterpret_cast<T*>(staging_.data());
+    std::size_t used = 0, n_rows = 0;
+    const auto flush = [&](bool wait) {
+      if (n_rows == 0) return;
+      POLYATTN_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging_.data(), used * sizeof(T), cudaMemcpyHostToDevice,
+                                          stream_.get()));
+      POLYATTN_CUDA_CHECK(cudaMemcpyAsync(staged_rows_device_.data(), staged_rows_.data(), n_rows * sizeof(cuda::StagedRow),
+                                          cudaMemcpyHostToDevice, stream_.get()));
+      cuda::scatter_rows<T><<<unsigned(n_rows), 128, 0, stream_.get()>>>(
+          view<T>(), staged_rows_device_.data(), reinterpret_cast<const T*>(staging_device_.data()));
+      cuda::check_launch("scatter_rows");
+      if (wait) stream_.synchronize();  // before the pinned buffers are refilled
+      used = n_rows = 0;
+    };
+    for (const cuda::RowRange& r : plan.rows)
+      for (int token = r.first; token < r.first + r.count; ++token)
+        for (int t = 0; t < int(geometry_.tensors.size()); ++t) {
+          const TensorSpec& spec = geometry_.tensors[std::size_t(t)];
+          if (used + spec.elements() > capacity || n_rows == staged_rows_.size()) flush(true);
+          staged_rows_.data()[n_rows++] = {t, r.seq, token, 0, std::int64_t(used)};
+          for (int h = 0; h < spec.heads; ++h)
+            std::memcpy(staging + used + std::size_t(h) * spec.dim, store.row(t, r.seq, token, h), std::size_t(spec.dim) * sizeof(T));
+          used += spec.elements();
+        }
+    flush(false);  // stream order puts it before the kernels; run() waits before the next refill
+  }
+
+  /// Uploads the queries, runs the kernels, downloads the outputs.
+  template <class T>
+  void run(const AttendSpec& spec, std::span<const QueryJob> jobs) {
+    const int n = int(jobs.size()), query_heads = spec.query_heads();
+    const std::size_t q_row = std::size_t(query_heads) * spec.key_dim, out_row = std::size_t(query_heads) * spec.value_dim;
+    jobs_.reserve(jobs.size());
+    jobs_device_.reserve(jobs.size());
+    queries_.reserve(jobs.size() * q_row);
+    queries_device_.reserve(jobs.size() * q_row);
+    int max_visible = 0;
+    for (int j = 0; j < n; ++j) {
+      const QueryJob& job = jobs[std::size_t(j)];
+      jobs_.data()[j] = {job.seq, job.visible};
+      std::memcpy(queries_.data() + std::size_t(j) * q_row, job.query, q_row * sizeof(float));
+      max_visible = std::max(max_visible, job.visible);
+    }
+    const int group_tiles = (spec.group + cuda::kGroupTile - 1) / cuda::kGroupTile;
+    const cuda::ChunkPlan plan = cuda::plan_chunks(n, spec.cache_heads * group_tiles, max_visible, sm_count_);
+    const std::size_t partials = std::size_t(n) * std::size_t(query_heads) * std::size_t(plan.max_chunks);
+    states_device_.reserve(partials);
+    acc_device_.reserve(partials * std::size_t(spec.value_dim));
+    out_.reserve(jobs.size() * out_row);
+    out_device_.reserve(jobs.size() * out_row);
+
+    cudaStream_t stream = stream_.get();
+    POLYATTN_CUDA_CHECK(cudaMemcpyAsync(jobs_device_.data(), jobs_.data(), jobs.size() * sizeof(cuda::DeviceJob),
+                                        cudaMemcpyHostToDevice, stream));
+    POLYATTN_CUDA_CHECK(cudaMemcpyAsync(queries_device_.data(), queries_.data(), jobs.size() * q_row * sizeof(float),
+                                        cudaMemcpyHostToDevice, stream));
+
+    const cuda::ChunkParams<T> params{view<T>(),          spec,           jobs_device_.data(),
+                                      queries_device_.data(), plan.chunk_tokens, plan.max_chunks,
+                                      states_device_.data(),  acc_device_.data()};
+    const dim3 grid(unsigned(n), unsigned(spec.cache_heads * group_tiles), unsigned(plan.max_chunks));
+    const std::size_t shared = std::size_t(cuda::kGroupTile) * spec.key_dim * sizeof(float);
+    const int col_slots = (spec.value_dim + cuda::kThreads - 1) / cuda::kThreads;
+    start_.record(stream_);
+    if (col_slots <= 1)
+      launch_chunks<T, 1>(grid, shared, params);
+    else if (col_slots <= 2)
+      launch_chunks<T, 2>(grid, shared, params);
+    else if (col_slots <= 4)
+      launch_chunks<T, 4>(grid, shared, params);
+    else
+      launch_chunks<T, 8>(grid, shared, params);
+    const cuda::MergeParams merge{jobs_device_.data(), query_heads,           spec.value_dim,    plan.chunk_tokens,
+                                  plan.max_chunks,     states_device_.data(), acc_device_.data(), out_device_.data()};
+    cuda::merge_chunks<float><<<dim3(unsigned(n), unsigned(query_heads)), cuda::kMergeThreads, 0, stream>>>(merge);
+    cuda::check_launch("merge_chunks");
+    stop_.record(stream_);
+
+    POLYATTN_CUDA_CHECK(cudaMemcpyAsync(out_.data(), out_device_.data(), jobs.size() * out_row * sizeof(float), cudaMemcpyDeviceToHost,
+                                        stream));
+    stream_.synchronize();
+    last_kernel_seconds_ = stop_.seconds_since(start_);
+    for (int j = 0; j < n; ++j)
+      std::memcpy(jobs[std::size_t(j)].out, out_.data() + std::size_t(j) * out_row, out_row * sizeof(float));
+  }
+
+  template <class T, int kColSlots>
+  void launch_chunks(dim3 grid, std::size_t shared, const cuda::ChunkParams<T>& params) {
+    if (shared > 48 * 1024)  // above the default limit a kernel must opt in
+      POLYATTN_CUDA_CHECK(cudaFuncSetAttribute(cuda::attend_chunks<T, kColSlots>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(shared)));
+    cuda::attend_chunks<T, kColSlots><<<grid, cuda::kThreads, shared, stream_.get()>>>(params);
+    cuda::check_launch("attend_chunks");
+  }
+
+  int device_ = 0;
+  int sm_count_ = 1;
+  cuda::Stream stream_;
+  cuda::Event start_, stop_;
+  double last_kernel_seconds_ = 0;
+
+  // The mirror: one buffer per cached tensor, laid out like the host store, and the page table.
+  const void* bound_ = nullptr;
+  cuda::DeviceGeometry geometry_;
+  cuda::MirrorTracker tracker_;
+  std::vector<cuda::DeviceBuffer<std::byte>> tensors_;
+  cuda::DeviceBuffer<int> page_table_;
+
+  // Staging for cache rows, and per-call buffers (grown, never shrunk).
+  cuda::PinnedBuffer<std::byte> staging_;
+  cuda::DeviceBuffer<std::byte> staging_device_;
+  cuda::PinnedBuffer<cuda::StagedRow> staged_rows_;
+  cuda::DeviceBuffer<cuda::StagedRow> staged_rows_device_;
+  cuda::PinnedBuffer<cuda::DeviceJob> jobs_;
+  cuda::DeviceBuffer<cuda::DeviceJob> jobs_device_;
+  cuda::PinnedBuffer<float> queries_, out_;
+  cuda::DeviceBuffer<float> queries_device_, out_device_, acc_device_;
+  cuda::DeviceBuffer<SoftmaxState<float>> states_device_;
+};
+
+}  // namespace polyattn::exec

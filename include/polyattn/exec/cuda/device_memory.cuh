@@ -1,0 +1,138 @@
+// Owners of CUDA resources: device buffers (plain cudaMalloc, no managed memory), pinned host
+// buffers for asynchronous copies, and a stream. Move-only; sizes grow and never shrink.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "polyattn/exec/cuda/cuda_error.cuh"
+
+namespace polyattn::exec::cuda {
+
+namespace detail {
+struct DeviceFree {
+  static void release(void* p) { cudaFree(p); }
+  static cudaError_t allocate(void** p, std::size_t bytes) { return cudaMalloc(p, bytes); }
+  static constexpr const char* what = "cudaMalloc";
+};
+struct PinnedFree {
+  static void release(void* p) { cudaFreeHost(p); }
+  static cudaError_t allocate(void** p, std::size_t bytes) { return cudaMallocHost(p, bytes); }
+  static constexpr const char* what = "cudaMallocHost";
+};
+
+template <class T, class Memory>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      free();
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  ~Buffer() { free(); }
+
+  /// Makes room for `n` elements; the contents are lost when it grows.
+  void reserve(std::size_t n) {
+    if (n <= size_) return;
+    free();
+    void* p = nullptr;
+    const cudaError_t code = Memory::allocate(&p, n * sizeof(T));
+    if (code != cudaSuccess) {
+      cudaGetLastError();  // an allocation failure is not sticky; clear it
+      throw CudaError(std::string(Memory::what) + "(" + std::to_string(n * sizeof(T)) + " bytes)", code);
+    }
+    data_ = static_cast<T*>(p);
+    size_ = n;
+  }
+
+  T* data() const { return data_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  void free() {
+    if (data_) Memory::release(data_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+}  // namespace detail
+
+/// Device memory (cudaMalloc).
+template <class T>
+using DeviceBuffer = detail::Buffer<T, detail::DeviceFree>;
+
+/// Page-locked host memory (cudaMallocHost), the source and target of asynchronous copies.
+template <class T>
+using PinnedBuffer = detail::Buffer<T, detail::PinnedFree>;
+
+/// A non-blocking stream owned by one executor.
+class Stream {
+ public:
+  Stream() { POLYATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  Stream(Stream&& o) noexcept : stream_(std::exchange(o.stream_, nullptr)) {}
+  Stream& operator=(Stream&& o) noexcept {
+    if (this != &o) {
+      if (stream_) cudaStreamDestroy(stream_);
+      stream_ = std::exchange(o.stream_, nullptr);
+    }
+    return *this;
+  }
+  ~Stream() {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  cudaStream_t get() const { return stream_; }
+  void synchronize() const { POLYATTN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+/// A timing event (for the kernel time of the last call).
+class Event {
+ public:
+  Event() { POLYATTN_CUDA_CHECK(cudaEventCreate(&event_)); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  Event(Event&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
+  Event& operator=(Event&& o) noexcept {
+    if (this != &o) {
+      if (event_) cudaEventDestroy(event_);
+      event_ = std::exchange(o.event_, nullptr);
+    }
+    return *this;
+  }
+  ~Event() {
+    if (event_) cudaEventDestroy(event_);
+  }
+
+  cudaEvent_t get() const { return event_; }
+  void record(const Stream& stream) const { POLYATTN_CUDA_CHECK(cudaEventRecord(event_, stream.get())); }
+
+  /// Seconds from `start` to this event; both must have completed.
+  double seconds_since(const Event& start) const {
+    float ms = 0;
+    POLYATTN_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_));
+    return double(ms) * 1e-3;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace polyattn::exec::cuda

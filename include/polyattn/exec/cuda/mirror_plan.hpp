@@ -1,0 +1,96 @@
+// Which rows and page-table entries a device mirror of a host cache lacks. The host store stays
+// the source of truth (variants write into it); before each attend the executor copies only what
+// changed for the sequences of the batch:
+//   - rows [synced, length) of every cached tensor, where `synced` is what the mirror holds;
+//   - a sequence whose slot was reopened (new generation) or got shorter starts again from 0;
+//   - for paged layouts, the page-table entries that differ from the mirror's copy.
+// Rows already copied are assumed unchanged: a variant that rewrites an existing row in place
+// (MTLA's temporal merge into the last slot) must re-copy it (see the note in cuda.cuh).
+//
+// Plain C++, no CUDA: the bookkeeping is tested on any machine (tests/test_cuda_layout.cpp).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "polyattn/core/attend.hpp"
+#include "polyattn/exec/cuda/device_layout.hpp"
+
+namespace polyattn::exec::cuda {
+
+/// Tokens [first, first + count) of sequence `seq` (every cached tensor, every head).
+struct RowRange {
+  int seq = 0;
+  int first = 0;
+  int count = 0;
+};
+
+/// Page-table entries [first, first + count) of sequence `seq`.
+struct PageTableRange {
+  int seq = 0;
+  int first = 0;
+  int count = 0;
+};
+
+struct MirrorPlan {
+  std::vector<PageTableRange> page_tables;  ///< copy these first: rows are placed through them
+  std::vector<RowRange> rows;
+};
+
+class MirrorTracker {
+ public:
+  /// Forgets everything: the mirror holds nothing valid.
+  void reset(const DeviceGeometry& geometry) {
+    geometry_ = geometry;
+    seqs_.assign(std::size_t(geometry.max_sequences), SeqState{});
+    table_.assign(geometry.paged ? std::size_t(geometry.max_sequences) * std::size_t(geometry.pages_per_seq) : 0, -1);
+  }
+
+  /// Plans the copies that bring the sequences of `jobs` up to date, and records them as done
+  /// (on a failed copy, call reset()). A sequence named by several jobs is planned once.
+  template <class Store>
+  MirrorPlan plan(const Store& store, std::span<const QueryJob> jobs) {
+    MirrorPlan out;
+    for (const QueryJob& job : jobs) {
+      const int seq = job.seq;
+      const std::uint64_t generation = store.generation(seq);
+      const int length = store.length(seq);
+      SeqState& s = seqs_[std::size_t(seq)];
+      if (s.generation != generation || length < s.synced) s = SeqState{generation, 0};
+      if constexpr (requires { store.pages_of(seq); }) plan_page_table(seq, store.pages_of(seq), out);
+      if (length > s.synced) {
+        out.rows.push_back({seq, s.synced, length - s.synced});
+        s.synced = length;
+      }
+    }
+    return out;
+  }
+
+  /// The page table as the device holds it after the planned copies: (max_sequences, pages_per_seq).
+  const int* page_table() const { return table_.data(); }
+  int synced(int seq) const { return seqs_[std::size_t(seq)].synced; }
+
+ private:
+  struct SeqState {
+    std::uint64_t generation = 0;  // 0: never synced (stores stamp openings from 1)
+    int synced = 0;                // tokens the mirror holds
+  };
+
+  void plan_page_table(int seq, std::span<const int> pages, MirrorPlan& out) {
+    int* row = table_.data() + std::size_t(seq) * std::size_t(geometry_.pages_per_seq);
+    int first = -1;
+    for (int i = 0; i < int(pages.size()); ++i)
+      if (row[i] != pages[std::size_t(i)]) {
+        if (first < 0) first = i;
+        row[i] = pages[std::size_t(i)];
+      }
+    if (first >= 0) out.page_tables.push_back({seq, first, int(pages.size()) - first});
+  }
+
+  DeviceGeometry geometry_;
+  std::vector<SeqState> seqs_;
+  std::vector<int> table_;
+};
+
+}  // namespace polyattn::exec::cuda

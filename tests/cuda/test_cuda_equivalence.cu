@@ -1,0 +1,191 @@
+// exec::Cuda against the dense oracle and the Reference executor. The Attention scenarios are the
+// CPU executors' (support/equivalence_scenarios.hpp) over every variant x layout; the AttendSpec
+// cases drive the primitive directly with what later variants need (one tensor for keys and
+// values, column offsets, groups wider than a block's tile, rows wider than 256 and 1024).
+// Without a CUDA device the GPU cases are skipped with a message; the host-only cases still run.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <polyattn/attention.hpp>
+#include <polyattn/cache/contiguous.hpp>
+#include <polyattn/cache/paged.hpp>
+#include <polyattn/exec/cuda/cuda.cuh>
+#include <polyattn/exec/reference/reference.hpp>
+#include <polyattn/variants/mha_gqa.hpp>
+
+#include "support/dense_oracle.hpp"
+#include "support/equivalence_scenarios.hpp"
+
+using namespace polyattn;
+using namespace polyattn::testing;
+
+namespace {
+
+/// Asked once; prints why GPU cases are skipped.
+bool have_device() {
+  static const bool available = [] {
+    std::string reason;
+    if (exec::cuda::device_count(&reason) > 0) return true;
+    std::printf("no CUDA device: skipping the GPU test cases (%s)\n", reason.c_str());
+    return false;
+  }();
+  return available;
+}
+
+const bool kNoDevice = !have_device();
+
+}  // namespace
+
+template <class V, class L>
+struct Combo {
+  using type = Attention<V, L, exec::Cuda, float>;
+};
+
+#define POLYATTN_CUDA_COMBOS_FOR(V) Combo<V, Nhd>, Combo<V, Hnd>, Combo<V, Paged<16>>, Combo<V, Paged<7>>
+#define POLYATTN_CUDA_COMBOS \
+  POLYATTN_CUDA_COMBOS_FOR(Mha), POLYATTN_CUDA_COMBOS_FOR(Gqa<2>), POLYATTN_CUDA_COMBOS_FOR(Mqa)
+
+TEST_CASE_TEMPLATE("cuda: prefill then batched decode matches the dense oracle" * doctest::skip(kNoDevice), C,
+                   POLYATTN_CUDA_COMBOS) {
+  prefill_then_batched_decode_scenario<typename C::type>();
+}
+
+TEST_CASE_TEMPLATE("cuda: long sequences split across blocks match the dense oracle" * doctest::skip(kNoDevice), C,
+                   POLYATTN_CUDA_COMBOS) {
+  long_sequence_scenario<typename C::type>();
+}
+
+TEST_CASE_TEMPLATE("cuda: encoder prefill (full mask) and cross-attention attend match the dense oracle" *
+                       doctest::skip(kNoDevice),
+                   C, POLYATTN_CUDA_COMBOS) {
+  encoder_and_cross_attention_scenario<typename C::type>();
+}
+
+TEST_CASE_TEMPLATE("cuda: a closed sequence's slot is reused without reading its old rows" * doctest::skip(kNoDevice), C,
+                   POLYATTN_CUDA_COMBOS) {
+  reopened_slot_scenario<typename C::type>();
+}
+
+namespace {
+
+/// A store of one or two tensors filled with random rows, queried through `spec` by both
+/// executors; sequences grow between calls so the mirror is updated incrementally.
+template <class Layout>
+void check_spec_against_reference(const std::vector<TensorSpec>& tensors, const AttendSpec& spec) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  CacheStore<Layout, float> store(tensors, {.max_sequences = 3, .capacity = 700, .poison_unused = true});
+  const int a = store.open(), b = store.open();
+  const auto grow = [&](int seq, int n) {
+    const int first = store.grow(seq, n);
+    for (int t = 0; t < int(tensors.size()); ++t)
+      for (int token = first; token < first + n; ++token)
+        for (int h = 0; h < tensors[std::size_t(t)].heads; ++h)
+          for (int i = 0; i < tensors[std::size_t(t)].dim; ++i) store.row(t, seq, token, h)[i] = dist(rng);
+  };
+  exec::Cuda cuda;
+  exec::Reference reference;
+  const std::size_t q_row = std::size_t(spec.query_heads()) * spec.key_dim, out_row = std::size_t(spec.query_heads()) * spec.value_dim;
+  for (int round = 0; round < 3; ++round) {
+    grow(a, round == 0 ? 600 : 1);
+    grow(b, round == 0 ? 5 : 3);
+    const std::vector<std::pair<int, int>> rows = {{a, store.length(a)}, {b, store.length(b)}, {a, 17}, {b, 1}};
+    std::vector<float> q(rows.size() * q_row), got(rows.size() * out_row), want(rows.size() * out_row);
+    for (float& x : q) x = dist(rng);
+    std::vector<QueryJob> jobs_cuda, jobs_ref;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      jobs_cuda.push_back({rows[i].first, rows[i].second, q.data() + i * q_row, got.data() + i * out_row});
+      jobs_ref.push_back({rows[i].first, rows[i].second, q.data() + i * q_row, want.data() + i * out_row});
+    }
+    cuda.attend(std::as_const(store), spec, jobs_cuda);
+    reference.attend(std::as_const(store), spec, jobs_ref);
+    double worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+    INFO(Layout::name(), " round ", round, " key_dim ", spec.key_dim, " value_dim ", spec.value_dim, " group ", spec.group);
+    // Scores are scaled by `scale`, not 1/sqrt(key_dim): widen the score term accordingly.
+    const double ds_scale = double(spec.scale) * std::sqrt(double(spec.key_dim));
+    CHECK(worst <= std::max(1.0, ds_scale) * fp32_attention_tolerance(spec.key_dim, store.length(a)));
+  }
+}
+
+AttendSpec spec_of(int cache_heads, int group, int key_tensor, int key_offset, int key_dim, int value_tensor, int value_offset,
+                   int value_dim) {
+  AttendSpec s;
+  s.cache_heads = cache_heads;
+  s.group = group;
+  s.key_tensor = key_tensor;
+  s.key_offset = key_offset;
+  s.key_dim = key_dim;
+  s.value_tensor = value_tensor;
+  s.value_offset = value_offset;
+  s.value_dim = value_dim;
+  s.scale = 1.0f / std::sqrt(float(key_dim));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("cuda: the attend primitive matches the Reference executor for other variants' specs" *
+                       doctest::skip(kNoDevice),
+                   Layout, Nhd, Hnd, Paged<16>, Paged<7>) {
+  // K-only cache (slim attention option 2): keys and values are the same rows.
+  check_spec_against_reference<Layout>({{2, 40}}, spec_of(2, 3, 0, 0, 40, 0, 0, 40));
+  // Column offsets, and a group of 11 query heads per cache head (two tiles of 8).
+  check_spec_against_reference<Layout>({{2, 40}, {2, 50}}, spec_of(2, 11, 0, 3, 30, 1, 7, 37));
+  // X-cache: one shared head holding x (d_model 384) for 6 query heads; rows wider than 256.
+  check_spec_against_reference<Layout>({{1, 384}}, spec_of(1, 6, 0, 0, 384, 0, 0, 384));
+  // MLA absorbed decode: keys = latent | rope (512 + 64), values = the latent, 16 heads.
+  check_spec_against_reference<Layout>({{1, 576}}, spec_of(1, 16, 0, 0, 576, 0, 0, 512));
+  // Widest rows: a query tile above 48 KiB of shared memory, values in 8 column slots.
+  check_spec_against_reference<Layout>({{1, 1600}}, spec_of(1, 2, 0, 0, 1600, 0, 500, 1100));
+}
+
+TEST_CASE("cuda: unsupported specs are refused with a clear error" * doctest::skip(kNoDevice)) {
+  CacheStore<Nhd, float> store(std::vector<TensorSpec>{{1, 4096}}, {.max_sequences = 1, .capacity = 4});
+  const int seq = store.open();
+  store.grow(seq, 1);
+  std::vector<float> q(4096), out(4096);
+  const QueryJob job{seq, 1, q.data(), out.data()};
+  exec::Cuda cuda;
+  CHECK_THROWS_WITH_AS(cuda.attend(std::as_const(store), spec_of(1, 1, 0, 0, 4096, 0, 0, 8), std::span(&job, 1)),
+                       doctest::Contains("key_dim 4096"), ShapeError);
+  CHECK_THROWS_WITH_AS(cuda.attend(std::as_const(store), spec_of(1, 1, 0, 4000, 100, 0, 0, 8), std::span(&job, 1)),
+                       doctest::Contains("do not fit a cached row of 4096"), ShapeError);
+}
+
+// Host-only: these run with or without a GPU.
+
+TEST_CASE("cuda: without a device the executor throws CudaError naming the call") {
+  if (!kNoDevice) return;  // only meaningful where there is no device
+  CHECK_THROWS_WITH_AS(exec::Cuda{}, doctest::Contains("cudaGetDeviceCount"), CudaError);
+}
+
+TEST_CASE("cuda: chunk plans cover every token and give every SM work") {
+  using exec::cuda::plan_chunks;
+  for (int sms : {1, 108, 132})
+    for (int jobs : {1, 3, 64, 5000})
+      for (int heads : {1, 8, 32})
+        for (int visible : {1, 63, 64, 65, 4096, 65536, 1 << 24}) {
+          const auto plan = plan_chunks(jobs, heads, visible, sms);
+          INFO("sms ", sms, " jobs ", jobs, " heads ", heads, " visible ", visible);
+          CHECK(plan.chunk_tokens % exec::cuda::kTileTokens == 0);
+          CHECK(std::int64_t(plan.chunk_tokens) * plan.max_chunks >= visible);
+          CHECK(std::int64_t(plan.chunk_tokens) * (plan.max_chunks - 1) < visible);
+          CHECK(plan.max_chunks <= exec::cuda::kMaxGridYZ);
+          if (std::int64_t(jobs) * heads >= std::int64_t(exec::cuda::kBlocksPerSm) * sms) CHECK(plan.max_chunks == 1);
+        }
+  // One long sequence is split to fill the machine (to within the rounding to whole tiles).
+  CHECK(plan_chunks(1, 8, 65536, 132).max_chunks * 8 >= exec::cuda::kBlocksPerSm * 132 / 2);
+}
+
+TEST_CASE("cuda: CudaError carries the call and the runtime's message") {
+  const CudaError e("cudaMalloc(1024 bytes)", cudaErrorMemoryAllocation);
+  CHECK(std::string(e.what()).find("cudaMalloc(1024 bytes) failed: cudaErrorMemoryAllocation") != std::string::npos);
+  CHECK(e.code() == cudaErrorMemoryAllocation);
+  const Error& base = e;  // catchable as any polyattn error
+  CHECK(std::string(base.what()).find("out of memory") != std::string::npos);
+}

@@ -1,0 +1,116 @@
+// The CUDA executor's host-side logic, which needs no GPU and no nvcc: the device layout view
+// addresses exactly the rows the host stores do, and the mirror tracker plans the right copies.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include <polyattn/cache/contiguous.hpp>
+#include <polyattn/cache/paged.hpp>
+#include <polyattn/exec/cuda/device_layout.hpp>
+#include <polyattn/exec/cuda/mirror_plan.hpp>
+
+using namespace polyattn;
+using namespace polyattn::exec::cuda;
+
+namespace {
+
+std::vector<QueryJob> jobs_for(std::initializer_list<int> seqs) {
+  std::vector<QueryJob> jobs;
+  for (int s : seqs) jobs.push_back({s, 1, nullptr, nullptr});
+  return jobs;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("the device layout view addresses the host store's rows", Layout, Nhd, Hnd, Paged<4>, Paged<7>) {
+  const std::vector<TensorSpec> specs{{3, 5}, {1, 9}};  // two tensors of different shapes
+  CacheStore<Layout, float> store(specs, {.max_sequences = 3, .capacity = 20});
+  const int a = store.open(), b = store.open(), c = store.open();
+  store.grow(b, 9);  // interleaved growth, so paged sequences get scattered pages
+  store.grow(a, 20);
+  store.grow(c, 13);
+  store.grow(b, 11);
+
+  const DeviceGeometry geometry = device_geometry(store);
+  CHECK(geometry.paged == requires { store.pages_of(0); });
+  MirrorTracker tracker;
+  tracker.reset(geometry);
+  const auto jobs = jobs_for({a, b, c});
+  tracker.plan(store, jobs);  // fills the host copy of the page table
+
+  // Base of each tensor: the store's row of (seq, token 0, head 0) minus its page's offset.
+  const float* base[kMaxCachedTensors] = {};
+  for (int t = 0; t < 2; ++t) {
+    const int page = geometry.paged ? tracker.page_table()[std::size_t(a) * std::size_t(geometry.pages_per_seq)] : a;
+    base[t] = store.row(t, a, 0, 0) - page * geometry.strides[std::size_t(t)].page;
+    CHECK(geometry.elements(t) * sizeof(float) <= store.bytes_allocated());
+  }
+  const DeviceCacheView<const float> view = make_view<const float>(geometry, base, tracker.page_table());
+  for (int seq : {a, b, c})
+    for (int t = 0; t < 2; ++t)
+      for (int token = 0; token < store.length(seq); ++token)
+        for (int h = 0; h < specs[std::size_t(t)].heads; ++h) {
+          INFO("tensor ", t, " seq ", seq, " token ", token, " head ", h);
+          CHECK(view.row(t, seq, token, h) == store.row(t, seq, token, h));
+        }
+}
+
+TEST_CASE_TEMPLATE("the mirror tracker copies only new rows, and everything after a reopen", Layout, Nhd, Hnd, Paged<4>) {
+  const std::vector<TensorSpec> specs{{2, 3}, {2, 3}};
+  CacheStore<Layout, float> store(specs, {.max_sequences = 2, .capacity = 16});
+  MirrorTracker tracker;
+  tracker.reset(device_geometry(store));
+  const int a = store.open(), b = store.open();
+  store.grow(a, 5);
+  store.grow(b, 2);
+
+  MirrorPlan plan = tracker.plan(store, jobs_for({a, a, b}));  // a twice, as in a prefill: planned once
+  REQUIRE(plan.rows.size() == 2);
+  CHECK(plan.rows[0].seq == a);
+  CHECK(plan.rows[0].first == 0);
+  CHECK(plan.rows[0].count == 5);
+  CHECK(plan.rows[1].seq == b);
+  CHECK(plan.rows[1].count == 2);
+
+  store.grow(a, 1);  // one decode step for a only
+  plan = tracker.plan(store, jobs_for({b, a}));
+  REQUIRE(plan.rows.size() == 1);
+  CHECK(plan.rows[0].seq == a);
+  CHECK(plan.rows[0].first == 5);
+  CHECK(plan.rows[0].count == 1);
+  CHECK(tracker.plan(store, jobs_for({a, b})).rows.empty());
+
+  // Closed, reopened and grown past the old length: copied again from token 0.
+  store.close(a);
+  CHECK(store.open() == a);
+  store.grow(a, 9);
+  plan = tracker.plan(store, jobs_for({a}));
+  REQUIRE(plan.rows.size() == 1);
+  CHECK(plan.rows[0].first == 0);
+  CHECK(plan.rows[0].count == 9);
+  CHECK(tracker.synced(a) == 9);
+}
+
+TEST_CASE("the mirror tracker copies only page-table entries that changed") {
+  const std::vector<TensorSpec> specs{{1, 2}};
+  CacheStore<Paged<4>, float> store(specs, {.max_sequences = 2, .capacity = 16});
+  MirrorTracker tracker;
+  tracker.reset(device_geometry(store));
+  const int a = store.open(), b = store.open();
+  store.grow(a, 5);  // pages 0, 1
+  store.grow(b, 1);  // page 2
+  MirrorPlan plan = tracker.plan(store, jobs_for({a, b}));
+  REQUIRE(plan.page_tables.size() == 2);
+  CHECK(plan.page_tables[0].seq == a);
+  CHECK(plan.page_tables[0].first == 0);
+  CHECK(plan.page_tables[0].count == 2);
+
+  store.grow(a, 3);  // still within page 1: no table change
+  CHECK(tracker.plan(store, jobs_for({a})).page_tables.empty());
+  store.grow(a, 1);  // a third page
+  plan = tracker.plan(store, jobs_for({a}));
+  REQUIRE(plan.page_tables.size() == 1);
+  CHECK(plan.page_tables[0].first == 2);
+  CHECK(plan.page_tables[0].count == 1);
+  CHECK(tracker.page_table()[2] == store.pages_of(a)[2]);
+}
