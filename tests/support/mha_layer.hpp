@@ -10,6 +10,7 @@
 
 #include <Eigen/QR>
 
+#include <polyattn/attention.hpp>
 #include <polyattn/convert/mha_weights.hpp>
 #include <polyattn/convert/slim_k.hpp>
 #include <polyattn/core/rope.hpp>
