@@ -31,6 +31,50 @@ namespace polyattn {
 /// self-attention), `full` = the whole sequence including later tokens of the chunk (encoder).
 enum class Mask { causal, full };
 
+/// Scratch of one attend step: transformed queries, attended rows before finish_outputs, and the
+/// variant's own scratch for rows it derives at attend time.
+template <class Variant>
+struct AttendScratch {
+  RowMatrixXf queries, attended;
+  typename Variant::Scratch derived;
+};
+
+/// The attend step: maps q through the variant's query hook, runs the executor for `jobs` over
+/// `store` (or over the views the variant derives from it), maps the result through the output
+/// hook into `out`. jobs[i] answers q.row(i) and writes out.row(i); its query/out pointers are
+/// filled here. Attention calls it for its own cache; a cache read by several layers with
+/// different weights (one encoder-output cache for every decoder layer) calls it directly.
+template <class Variant, class Store, class Executor>
+void attend_with_hooks(const AttentionShape& shape, const typename Variant::Params& params, const AttendSpec& spec,
+                       const Store& store, Executor& executor, std::span<QueryJob> jobs, ConstMatrixRef q, MatrixRef out,
+                       AttendScratch<Variant>& scratch) {
+  const float* q_data = q.data();
+  std::ptrdiff_t q_stride = q.outerStride();
+  if constexpr (Variant::transforms_queries) {
+    Variant::prepare_queries(shape, params, q, scratch.queries);
+    q_data = scratch.queries.data();
+    q_stride = scratch.queries.cols();
+  }
+  float* out_data = out.data();
+  std::ptrdiff_t out_stride = out.outerStride();
+  if constexpr (Variant::transforms_outputs) {
+    scratch.attended.resize(std::ptrdiff_t(jobs.size()), std::ptrdiff_t(spec.query_heads()) * spec.value_dim);
+    out_data = scratch.attended.data();
+    out_stride = scratch.attended.cols();
+  }
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].query = q_data + std::ptrdiff_t(i) * q_stride;
+    jobs[i].out = out_data + std::ptrdiff_t(i) * out_stride;
+  }
+  const std::span<const QueryJob> all(jobs.data(), jobs.size());
+  if constexpr (Variant::derives_rows)
+    Variant::attend_derived(shape, params, store, all, scratch.derived,
+                            [&](const auto& view, std::span<const QueryJob> some) { executor.attend(view, spec, some); });
+  else
+    executor.attend(store, spec, all);
+  if constexpr (Variant::transforms_outputs) Variant::finish_outputs(shape, params, scratch.attended, out);
+}
+
 template <class Variant, class Layout, class Executor, class T = float>
 class Attention {
   static_assert(AttentionVariant<Variant>,
@@ -152,29 +196,10 @@ class Attention {
                         " appears twice in one batch");
   }
 
-  /// Runs the executor for jobs_ (seq and visible set), mapping queries and outputs through the
-  /// variant's hooks.
+  /// Runs the executor for jobs_ (seq and visible set) through the variant's hooks.
   void run(ConstMatrixRef q, MatrixRef out) {
-    const float* q_data = q.data();
-    std::ptrdiff_t q_stride = q.outerStride();
-    if constexpr (Variant::transforms_queries) {
-      Variant::prepare_queries(shape_, params_, q, queries_);
-      q_data = queries_.data();
-      q_stride = queries_.cols();
-    }
-    float* out_data = out.data();
-    std::ptrdiff_t out_stride = out.outerStride();
-    if constexpr (Variant::transforms_outputs) {
-      attended_.resize(std::ptrdiff_t(jobs_.size()), std::ptrdiff_t(spec_.query_heads()) * spec_.value_dim);
-      out_data = attended_.data();
-      out_stride = attended_.cols();
-    }
-    for (std::size_t i = 0; i < jobs_.size(); ++i) {
-      jobs_[i].query = q_data + std::ptrdiff_t(i) * q_stride;
-      jobs_[i].out = out_data + std::ptrdiff_t(i) * out_stride;
-    }
-    executor_.attend(std::as_const(store_), spec_, std::span<const QueryJob>(jobs_));
-    if constexpr (Variant::transforms_outputs) Variant::finish_outputs(shape_, params_, attended_, out);
+    attend_with_hooks<Variant>(shape_, params_, spec_, std::as_const(store_), executor_, std::span<QueryJob>(jobs_), q, out,
+                               scratch_);
   }
 
   AttentionShape shape_;
@@ -183,7 +208,7 @@ class Attention {
   Store store_;
   Executor executor_;
   std::vector<QueryJob> jobs_;
-  RowMatrixXf queries_, attended_;  // scratch for variants with query/output transforms
+  AttendScratch<Variant> scratch_;  // for variants with query/output transforms or derived rows
 };
 
 }  // namespace polyattn

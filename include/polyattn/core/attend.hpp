@@ -2,7 +2,9 @@
 // one primitive: for each query row, G query heads per cache head take a softmax over the
 // cached key rows (up to `visible` tokens) and accumulate the matching value rows.
 //   MHA/GQA/MQA: keys = tensor 0 (K), values = tensor 1 (V), G = n_heads / kv_heads.
-//   K-only (slim):  keys = values = tensor 0; the variant maps the result through W_KV after.
+//   K-only (slim):  keys = values = tensor 0, one cache head holding the whole key row (all heads);
+//                   query head g scores against its own slice (key_group_stride = head_dim) and
+//                   accumulates the whole row; the variant maps the result through W_KV after.
 //   X-cache / MLA:  one shared cache head (G = n_heads) whose row holds x (or latent|rope key);
 //                   the variant transforms queries before and outputs after.
 // Executors implement `attend(store, spec, jobs)` once; new variants only describe a spec.
@@ -19,6 +21,8 @@ struct AttendSpec {
   int value_dim = 0;      ///< elements of a value row accumulated
   int key_tensor = 0;     ///< cached tensor holding keys, and the column where they start
   int key_offset = 0;
+  int key_group_stride = 0;  ///< query head g of a group reads its key at key_offset + g * key_group_stride
+                             ///< (0: the group shares one key, as in GQA; head_dim: heads packed in one row)
   int value_tensor = 1;   ///< cached tensor holding values, and the column where they start
   int value_offset = 0;
   float scale = 1.0f;     ///< softmax scale applied to q.k

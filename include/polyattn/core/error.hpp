@@ -33,6 +33,13 @@ class SequenceError : public Error {
   using Error::Error;
 };
 
+/// An offline weight conversion cannot be done faithfully (singular or ill-conditioned matrix,
+/// values the storage type cannot hold); the message names the layer and the measured figure.
+class ConversionError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <class... Parts>
 std::string concat(Parts&&... parts) {

@@ -16,6 +16,12 @@
 // and, when `transforms_queries` / `transforms_outputs` is true,
 //   V::prepare_queries(shape, params, q, RowMatrixXf& attend_queries)
 //   V::finish_outputs(shape, params, const RowMatrixXf& attended, MatrixRef out)
+// and, when `derives_rows` is true (rows the executor reads are computed from the cache at attend
+// time: values from keys, keys rotated after reading), a default-constructible `V::Scratch` and
+//   V::attend_derived(shape, params, const Store& store, std::span<const QueryJob> jobs,
+//                     V::Scratch&, attend)
+// which calls attend(view, some_jobs) for groups of the jobs, `view` being any object with the
+// store interface the executors read (`row`, `run`; see cache/derived_rows.hpp).
 #pragma once
 
 #include <concepts>
@@ -30,6 +36,8 @@ namespace polyattn {
 struct VariantBase {
   static constexpr bool transforms_queries = false;
   static constexpr bool transforms_outputs = false;
+  static constexpr bool derives_rows = false;
+  struct Scratch {};
 };
 
 template <class V>
@@ -45,6 +53,7 @@ concept AttentionVariant = requires(AttentionShape shape, const typename V::Para
   V::cache_tensors(shape, params);
   { V::transforms_queries } -> std::convertible_to<bool>;
   { V::transforms_outputs } -> std::convertible_to<bool>;
+  { V::derives_rows } -> std::convertible_to<bool>;
 };
 
 }  // namespace polyattn

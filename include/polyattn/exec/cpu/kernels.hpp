@@ -118,7 +118,8 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int head,
     // scores[g][j] = q_g . k_j, keys read once for the whole group (the GQA saving)
     for (int j = 0; j < n; ++j) {
       const float* k = keys.data + std::ptrdiff_t(j) * keys.stride + spec.key_offset;
-      for (int g = 0; g < G; ++g) scores[g * kScoreBlock + j] = dot(q + std::ptrdiff_t(g) * spec.key_dim, k, spec.key_dim);
+      for (int g = 0; g < G; ++g)
+        scores[g * kScoreBlock + j] = dot(q + std::ptrdiff_t(g) * spec.key_dim, k + std::ptrdiff_t(g) * spec.key_group_stride, spec.key_dim);
     }
     for (int g = 0; g < G; ++g) {
       float* s = scores + g * kScoreBlock;

@@ -28,7 +28,7 @@ struct Reference {
           const float* q = job.query + std::ptrdiff_t(head) * spec.key_dim;
           double max_score = -INFINITY;
           for (int t = 0; t < job.visible; ++t) {
-            const auto* k = store.row(spec.key_tensor, job.seq, t, h) + spec.key_offset;
+            const auto* k = store.row(spec.key_tensor, job.seq, t, h) + spec.key_offset + g * spec.key_group_stride;
             double dot = 0;
             for (int i = 0; i < spec.key_dim; ++i) dot += double(q[i]) * double(k[i]);
             scores[std::size_t(t)] = dot * double(spec.scale);

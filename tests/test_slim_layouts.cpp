@@ -1,0 +1,58 @@
+// The new variants (SlimK options 1 and 2, with and without RoPE, and XCache) through the CpuSimd
+// executor over every cache layout, against the Reference executor on Nhd. NaN-poisoned caches.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <tuple>
+
+#include <polyattn/polyattn.hpp>
+#include <polyattn/variants/slim_k.hpp>
+#include <polyattn/variants/x_cache.hpp>
+
+#include "support/dense_oracle.hpp"
+#include "support/mha_layer.hpp"
+
+using namespace polyattn;
+using namespace polyattn::testing;
+
+namespace {
+template <class V, class E, class L>
+RowMatrixXf run_variant(const LayerModel& m, const Script& s) {
+  Attention<V, L, E> attn(m.shape, script_cache(), params_for<V>(m), 2);
+  return run_script(attn, m, s);
+}
+}  // namespace
+
+// CpuSimd over every layout against the Reference executor, for each new variant.
+using NewVariants = std::tuple<SlimK1, SlimK2, SlimK<slim::ValuesFromKeys, slim::Rope>, SlimK<slim::WeightedKeys, slim::Rope>, XCache>;
+
+TEST_CASE_TEMPLATE_DEFINE("CpuSimd matches Reference over Nhd, Hnd and Paged layouts", V, cpu_vs_reference) {
+  for (int head_dim : {16, 20}) {
+    const AttentionShape shape{6, head_dim};
+    std::mt19937 rng(17 + head_dim);
+    const bool rope = V::name().find("rope") != std::string::npos;
+    LayerModel m;
+    m.shape = shape;
+    m.mha = random_mha_weights(shape.input_width(), shape.query_width(), 10.0, rng);
+    if (rope) m.mha.b_k.resize(0);
+    m.slim = convert_to_slim_k(m.mha, {.rope = rope});
+    m.xcache = make_x_cache_params(m.mha, shape);
+    const Script s = Script::random(shape.input_width(), rng, 4, rope ? 500.0 : 0.0);
+    const RowMatrixXf ref = run_variant<V, exec::Reference, Nhd>(m, s);
+    // The executors differ by the fp32 attend error: fp32_attention_tolerance(key width, tokens)
+    // for unit-size inputs, relative to the output scale max|y|; the output maps (W_kv or W_v,
+    // then W_o) sum e such errors, sqrt(e) in norm; 8 covers the score scale (|q.k| up to ~8).
+    const double tol = 8 * fp32_attention_tolerance(shape.input_width(), 40) * ref.cwiseAbs().maxCoeff() *
+                       std::sqrt(double(shape.query_width()));
+    INFO(V::name(), " head_dim ", head_dim);
+    CHECK(max_abs_diff(run_variant<V, exec::CpuSimd, Nhd>(m, s), ref) <= tol);
+    CHECK(max_abs_diff(run_variant<V, exec::CpuSimd, Hnd>(m, s), ref) <= tol);
+    CHECK(max_abs_diff(run_variant<V, exec::CpuSimd, Paged<16>>(m, s), ref) <= tol);
+    CHECK(max_abs_diff(run_variant<V, exec::CpuSimd, Paged<7>>(m, s), ref) <= tol);
+    CHECK(max_abs_diff(run_variant<V, exec::Reference, Paged<7>>(m, s), ref) <= tol);
+  }
+}
+TEST_CASE_TEMPLATE_APPLY(cpu_vs_reference, NewVariants);
+
