@@ -121,7 +121,7 @@ class Cuda {
     };
     require<ShapeError>(spec.cache_heads >= 1 && spec.group >= 1, "Cuda executor: cache_heads and group must be >= 1, got ",
                         spec.cache_heads, " and ", spec.group);
-    check_tensor(spec.key_tensor, spec.key_offset, spec.key_dim, "key");
+    check_tensor(spec.key_tensor, spec.key_offset + (spec.group - 1) * spec.key_group_stride, spec.key_dim, "key");
     check_tensor(spec.value_tensor, spec.value_offset, spec.value_dim, "value");
     require<ShapeError>(spec.key_dim <= cuda::kMaxKeyDim && spec.value_dim <= cuda::kMaxValueDim, "Cuda executor: key_dim ",
                         spec.key_dim, " and value_dim ", spec.value_dim, " must be <= ", cuda::kMaxKeyDim);

@@ -152,11 +152,18 @@ __global__ void __launch_bounds__(kThreads) attend_chunks(ChunkParams<T> p) {
       float dot[kGroupTile];
 #pragma unroll
       for (int g = 0; g < kGroupTile; ++g) dot[g] = 0.0f;
-      for (int i = lane; i < s.key_dim; i += 32) {
-        const float k = static_cast<float>(key[i]);
+      if (s.key_group_stride == 0) {  // one key row for the whole group (MHA/GQA/MQA, MLA, X-cache)
+        for (int i = lane; i < s.key_dim; i += 32) {
+          const float k = static_cast<float>(key[i]);
 #pragma unroll
-        for (int g = 0; g < kGroupTile; ++g)
-          if (g < gn) dot[g] += q_tile[g * s.key_dim + i] * k;
+          for (int g = 0; g < kGroupTile; ++g)
+            if (g < gn) dot[g] += q_tile[g * s.key_dim + i] * k;
+        }
+      } else {  // query head g0 + g scores against its own slice of the row (slim K-only, option 2)
+        for (int i = lane; i < s.key_dim; i += 32)
+#pragma unroll
+          for (int g = 0; g < kGroupTile; ++g)
+            if (g < gn) dot[g] += q_tile[g * s.key_dim + i] * static_cast<float>(key[std::int64_t(g0 + g) * s.key_group_stride + i]);
       }
 #pragma unroll
       for (int g = 0; g < kGroupTile; ++g) {
