@@ -12,3 +12,5 @@
 #include "polyattn/exec/cpu/cpu_simd.hpp"
 #include "polyattn/exec/reference/reference.hpp"
 #include "polyattn/variants/mha_gqa.hpp"
+#include "polyattn/variants/mla.hpp"
+#include "polyattn/variants/mtla.hpp"
