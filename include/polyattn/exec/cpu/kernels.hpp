@@ -34,12 +34,34 @@ inline float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
-/// y[i] += alpha * x[i]
-inline void axpy(float alpha, const float* x, float* y, int n) {
-  int i = 0;
-  const Batch a(alpha);
-  for (; i + kWidth <= n; i += kWidth) xsimd::fma(a, Batch::load_unaligned(x + i), Batch::load_unaligned(y + i)).store_unaligned(y + i);
-  for (; i < n; ++i) y[i] += alpha * x[i];
+/// acc[c] += sum_j p[j] * rows[j * stride + c] for c < dim: the accumulator stays in registers
+/// across the n rows (a block of rows is small enough to stay in L1 between column passes).
+inline void accumulate_rows(const float* p, const float* rows, std::ptrdiff_t stride, int n, float* acc, int dim) {
+  int c = 0;
+  for (; c + 4 * kWidth <= dim; c += 4 * kWidth) {
+    Batch a0 = Batch::load_unaligned(acc + c), a1 = Batch::load_unaligned(acc + c + kWidth);
+    Batch a2 = Batch::load_unaligned(acc + c + 2 * kWidth), a3 = Batch::load_unaligned(acc + c + 3 * kWidth);
+    for (int j = 0; j < n; ++j) {
+      const float* r = rows + std::ptrdiff_t(j) * stride + c;
+      const Batch w(p[j]);
+      a0 = xsimd::fma(w, Batch::load_unaligned(r), a0);
+      a1 = xsimd::fma(w, Batch::load_unaligned(r + kWidth), a1);
+      a2 = xsimd::fma(w, Batch::load_unaligned(r + 2 * kWidth), a2);
+      a3 = xsimd::fma(w, Batch::load_unaligned(r + 3 * kWidth), a3);
+    }
+    a0.store_unaligned(acc + c), a1.store_unaligned(acc + c + kWidth);
+    a2.store_unaligned(acc + c + 2 * kWidth), a3.store_unaligned(acc + c + 3 * kWidth);
+  }
+  for (; c + kWidth <= dim; c += kWidth) {
+    Batch a = Batch::load_unaligned(acc + c);
+    for (int j = 0; j < n; ++j) a = xsimd::fma(Batch(p[j]), Batch::load_unaligned(rows + std::ptrdiff_t(j) * stride + c), a);
+    a.store_unaligned(acc + c);
+  }
+  for (; c < dim; ++c) {
+    float a = acc[c];
+    for (int j = 0; j < n; ++j) a += p[j] * rows[std::ptrdiff_t(j) * stride + c];
+    acc[c] = a;
+  }
 }
 
 /// y[i] *= alpha
@@ -106,11 +128,10 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int head,
       if (factor != 1.0f) scale(factor, acc, spec.value_dim);
       result.states[g].sum += exp_shifted_sum(s, n, result.states[g].max);
     }
-    // acc_g += sum_j p_gj v_j, values read once for the whole group
-    for (int j = 0; j < n; ++j) {
-      const float* v = values.data + std::ptrdiff_t(j) * values.stride + spec.value_offset;
-      for (int g = 0; g < G; ++g) axpy(scores[g * kScoreBlock + j], v, result.acc + std::ptrdiff_t(g) * spec.value_dim, spec.value_dim);
-    }
+    // acc_g += sum_j p_gj v_j; the value block is read from memory once for the whole group
+    for (int g = 0; g < G; ++g)
+      accumulate_rows(scores + g * kScoreBlock, values.data + spec.value_offset, values.stride, n,
+                      result.acc + std::ptrdiff_t(g) * spec.value_dim, spec.value_dim);
     t += n;
   }
 }

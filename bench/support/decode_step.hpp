@@ -1,0 +1,43 @@
+// One decode-attention benchmark: `batch` sequences of `length` cached tokens, each step one
+// query per sequence over its whole cache. The step reads batch * length * bytes-per-token of
+// cache, which is what bounds decoding; the counters relate it to the measured read bandwidth.
+#pragma once
+
+#include <cstddef>
+#include <algorithm>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include <polyattn/attention.hpp>
+
+#include "support/read_bandwidth.hpp"
+
+namespace polyattn::bench {
+
+/// Appends `length` tokens to every sequence, `append_block(attn, seq, n)` appending the first n
+/// (<= kFillBlock) rows of a block of random rows generated once by the caller (filling
+/// gigabytes with fresh random numbers would dominate the set-up time).
+inline constexpr int kFillBlock = 512;
+
+template <class A, class AppendBlock>
+void fill_cache(A& attn, const std::vector<int>& seqs, int length, AppendBlock&& append_block) {
+  for (int seq : seqs)
+    for (int done = 0; done < length;) {
+      const int n = std::min(kFillBlock, length - done);
+      append_block(attn, seq, n);
+      done += n;
+    }
+}
+
+/// Reports cache bytes per token, bytes read per step, achieved GB/s and the fraction of the
+/// read bandwidth measured in this run. Call after the timing loop.
+inline void report_bandwidth(benchmark::State& state, std::size_t bytes_per_token, std::size_t bytes_per_step) {
+  using benchmark::Counter;
+  state.counters["cache_B_per_token"] = double(bytes_per_token);
+  state.counters["MB_per_step"] = double(bytes_per_step) * 1e-6;
+  state.counters["GB_per_s"] = Counter(double(bytes_per_step) * 1e-9, Counter::kIsIterationInvariantRate);
+  state.counters["of_read_bw"] = Counter(double(bytes_per_step) / read_bandwidth(), Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace polyattn::bench

@@ -1,0 +1,42 @@
+// Exceptions of the Whisper example. Every loader and front-end function reports bad
+// input by throwing one of these with a message naming the value and what was expected;
+// nothing in examples/whisper/ crashes or reads out of bounds on malformed files.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace polyattn::whisper {
+
+// Base of everything thrown for bad input (files, arguments, model contents).
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A file that cannot be opened or read.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A file whose bytes do not follow its format: bad magic, truncation, inconsistent sizes.
+class FormatError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A well-formed file (or argument) that asks for something this code does not do:
+// e.g. an int8-quantized model, a 12-bit WAV, an unknown tensor type.
+class UnsupportedError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A model whose tensors do not fit together (missing tensor, wrong shape).
+class ModelError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace polyattn::whisper

@@ -1,0 +1,12 @@
+// The Eigen types the Whisper example computes with. Row-major, so that a token (or an
+// audio frame) is one contiguous row, as in every layout of the attention library.
+#pragma once
+
+#include <Eigen/Core>
+
+namespace polyattn::whisper {
+
+using RowMatrixXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using RowVectorXf = Eigen::RowVectorXf;
+
+}  // namespace polyattn::whisper

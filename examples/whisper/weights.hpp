@@ -1,0 +1,232 @@
+// Whisper's weights in one format-independent struct, and the two loaders that fill it:
+// CTranslate2 (WhisperSpec) and whisper.cpp ggml. Shapes are checked against dimensions
+// derived from the model itself; a missing or misshapen tensor is a ModelError naming it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ct2_model.hpp"
+#include "error.hpp"
+#include "ggml_model.hpp"
+#include "layers.hpp"
+#include "matrix.hpp"
+
+namespace polyattn::whisper {
+
+struct WhisperDims {
+  int n_mels = 80;
+  int n_audio_ctx = 1500, n_audio_state = 384, n_audio_head = 6, n_audio_layer = 4;
+  int n_vocab = 51864;
+  int n_text_ctx = 448, n_text_state = 384, n_text_head = 6, n_text_layer = 4;
+};
+
+struct EncoderBlock {
+  LayerNorm attn_ln;
+  Linear qkv;       // (3d, d): rows [q; k; v]; the k rows have zero bias
+  Linear attn_out;  // (d, d)
+  LayerNorm mlp_ln;
+  Linear fc1, fc2;  // (4d, d), (d, 4d)
+};
+
+struct DecoderBlock {
+  LayerNorm self_ln;
+  Linear self_qkv;  // (3d, d): rows [q; k; v]
+  Linear self_out;
+  LayerNorm cross_ln;
+  Linear cross_q;   // (d, d)
+  Linear cross_kv;  // (2d, d): rows [k; v], applied to the encoder output
+  Linear cross_out;
+  LayerNorm mlp_ln;
+  Linear fc1, fc2;
+};
+
+struct WhisperWeights {
+  WhisperDims dims;
+  RowMatrixXf conv1_w;  // (d, 3 * n_mels), k-major (layers.hpp conv1d_k3)
+  RowVectorXf conv1_b;
+  RowMatrixXf conv2_w;  // (d, 3 * d)
+  RowVectorXf conv2_b;
+  RowMatrixXf encoder_positions;  // (n_audio_ctx, d), sinusoidal
+  std::vector<EncoderBlock> encoder;
+  LayerNorm encoder_ln;
+  RowMatrixXf token_embedding;  // (n_vocab, d); also the output projection (tied)
+  RowMatrixXf decoder_positions;  // (n_text_ctx, d), learned
+  std::vector<DecoderBlock> decoder;
+  LayerNorm decoder_ln;
+};
+
+namespace detail {
+
+inline RowMatrixXf to_matrix(const std::vector<float>& v, Eigen::Index rows, Eigen::Index cols) {
+  return Eigen::Map<const RowMatrixXf>(v.data(), rows, cols);
+}
+inline RowVectorXf to_vector(const std::vector<float>& v) {
+  return Eigen::Map<const RowVectorXf>(v.data(), static_cast<Eigen::Index>(v.size()));
+}
+
+// Stacks linears row-wise: [a; b; ...] (for fused q/k/v projections).
+inline Linear stack(const std::vector<Linear>& parts) {
+  Eigen::Index rows = 0;
+  for (const auto& p : parts) rows += p.weight.rows();
+  Linear out{RowMatrixXf(rows, parts.front().weight.cols()), RowVectorXf(rows)};
+  Eigen::Index r = 0;
+  for (const auto& p : parts) {
+    out.weight.middleRows(r, p.weight.rows()) = p.weight;
+    out.bias.segment(r, p.bias.size()) = p.bias;
+    r += p.weight.rows();
+  }
+  return out;
+}
+
+inline int count_layers(const auto& has_prefix, const std::string& stem) {
+  int n = 0;
+  while (has_prefix(stem + std::to_string(n))) ++n;
+  return n;
+}
+
+}  // namespace detail
+
+// ---- CTranslate2 -------------------------------------------------------------------
+
+inline WhisperWeights weights_from_ct2(const Ct2ModelBin& m) {
+  if (m.spec_name != "WhisperSpec")
+    throw UnsupportedError("model.bin: spec '" + m.spec_name + "' is not a Whisper model (expected WhisperSpec)");
+  WhisperWeights w;
+  WhisperDims& d = w.dims;
+  {
+    const auto& conv1 = m.get("encoder/conv1/weight");
+    const auto& emb = m.get("decoder/embeddings/weight");
+    const auto& pos = m.get("decoder/position_encodings/encodings");
+    if (conv1.shape.size() != 3 || emb.shape.size() != 2 || pos.shape.size() != 2)
+      throw ModelError("model.bin: unexpected ranks of conv1 " + shape_string(conv1.shape) + ", embeddings " +
+                       shape_string(emb.shape) + " or decoder positions " + shape_string(pos.shape));
+    d.n_audio_state = static_cast<int>(conv1.shape[0]);
+    d.n_mels = static_cast<int>(conv1.shape[1]);
+    d.n_vocab = static_cast<int>(emb.shape[0]);
+    d.n_text_state = static_cast<int>(emb.shape[1]);
+    d.n_text_ctx = static_cast<int>(pos.shape[0]);
+    // The encoder sees 3000 mel frames, halved by conv2's stride.
+    d.n_audio_ctx = m.contains("encoder/position_encodings/encodings")
+                        ? static_cast<int>(m.get("encoder/position_encodings/encodings").shape.at(0))
+                        : 1500;
+  }
+  auto has_prefix = [&](const std::string& p) { return m.contains(p + "/ffn/linear_0/weight"); };
+  d.n_audio_layer = detail::count_layers(has_prefix, "encoder/layer_");
+  d.n_text_layer = detail::count_layers(has_prefix, "decoder/layer_");
+  d.n_audio_head = static_cast<int>(m.contains("encoder/num_heads") ? m.scalar_int("encoder/num_heads") : d.n_audio_state / 64);
+  d.n_text_head = static_cast<int>(m.contains("decoder/num_heads") ? m.scalar_int("decoder/num_heads") : d.n_text_state / 64);
+  if (d.n_audio_layer == 0 || d.n_text_layer == 0) throw ModelError("model.bin: no encoder or decoder layers found");
+  if (d.n_audio_head <= 0 || d.n_audio_state % d.n_audio_head || d.n_text_head <= 0 || d.n_text_state % d.n_text_head)
+    throw ModelError("model.bin: head counts " + std::to_string(d.n_audio_head) + "/" + std::to_string(d.n_text_head) +
+                     " do not divide the widths " + std::to_string(d.n_audio_state) + "/" + std::to_string(d.n_text_state));
+  if (d.n_audio_state != d.n_text_state)
+    throw ModelError("model.bin: encoder width " + std::to_string(d.n_audio_state) + " differs from decoder width " +
+                     std::to_string(d.n_text_state));
+  // CTranslate2 Whisper flags this code relies on: pre-norm blocks, GELU, unscaled embeddings.
+  if (m.contains("decoder/activation") && m.scalar_int("decoder/activation") != 3)
+    throw UnsupportedError("model.bin: decoder/activation = " + std::to_string(m.scalar_int("decoder/activation")) +
+                           ", only 3 (GELU) is supported");
+  if (m.contains("decoder/pre_norm") && m.scalar_int("decoder/pre_norm") != 1)
+    throw UnsupportedError("model.bin: decoder/pre_norm = 0 is not Whisper");
+  if (m.contains("decoder/scale_embeddings") && m.scalar_int("decoder/scale_embeddings") != 0)
+    throw UnsupportedError("model.bin: decoder/scale_embeddings = 1 is not Whisper");
+
+  const std::int64_t D = d.n_audio_state;
+  auto mat = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+    return detail::to_matrix(m.tensor(name, {rows, cols}).values, rows, cols);
+  };
+  auto vec = [&](const std::string& name, std::int64_t n) { return detail::to_vector(m.tensor(name, {n}).values); };
+  auto lin = [&](const std::string& p, std::int64_t out, std::int64_t in) {
+    return Linear{mat(p + "/weight", out, in), m.contains(p + "/bias") ? vec(p + "/bias", out) : RowVectorXf(RowVectorXf::Zero(out))};
+  };
+  auto ln = [&](const std::string& p) { return LayerNorm{vec(p + "/gamma", D), vec(p + "/beta", D)}; };
+
+  w.conv1_w = conv_weight_k_major(m.tensor("encoder/conv1/weight", {D, d.n_mels, 3}).values.data(), D, d.n_mels);
+  w.conv1_b = vec("encoder/conv1/bias", D);
+  w.conv2_w = conv_weight_k_major(m.tensor("encoder/conv2/weight", {D, D, 3}).values.data(), D, D);
+  w.conv2_b = vec("encoder/conv2/bias", D);
+  w.encoder_positions = sinusoids(d.n_audio_ctx, D);
+  for (int i = 0; i < d.n_audio_layer; ++i) {
+    const std::string p = "encoder/layer_" + std::to_string(i);
+    w.encoder.push_back({ln(p + "/self_attention/layer_norm"), lin(p + "/self_attention/linear_0", 3 * D, D),
+                         lin(p + "/self_attention/linear_1", D, D), ln(p + "/ffn/layer_norm"),
+                         lin(p + "/ffn/linear_0", 4 * D, D), lin(p + "/ffn/linear_1", D, 4 * D)});
+  }
+  w.encoder_ln = ln("encoder/layer_norm");
+  w.token_embedding = mat("decoder/embeddings/weight", d.n_vocab, D);
+  w.decoder_positions = mat("decoder/position_encodings/encodings", d.n_text_ctx, D);
+  for (int i = 0; i < d.n_text_layer; ++i) {
+    const std::string p = "decoder/layer_" + std::to_string(i);
+    w.decoder.push_back({ln(p + "/self_attention/layer_norm"), lin(p + "/self_attention/linear_0", 3 * D, D),
+                         lin(p + "/self_attention/linear_1", D, D), ln(p + "/attention/layer_norm"),
+                         lin(p + "/attention/linear_0", D, D), lin(p + "/attention/linear_1", 2 * D, D),
+                         lin(p + "/attention/linear_2", D, D), ln(p + "/ffn/layer_norm"),
+                         lin(p + "/ffn/linear_0", 4 * D, D), lin(p + "/ffn/linear_1", D, 4 * D)});
+  }
+  w.decoder_ln = ln("decoder/layer_norm");
+  return w;
+}
+
+// ---- whisper.cpp ggml (PyTorch names) ----------------------------------------------
+
+inline WhisperWeights weights_from_ggml(const GgmlModel& g) {
+  WhisperWeights w;
+  WhisperDims& d = w.dims;
+  const GgmlHparams& h = g.hparams;
+  d = {h.n_mels, h.n_audio_ctx, h.n_audio_state, h.n_audio_head, h.n_audio_layer, h.n_vocab,
+       h.n_text_ctx, h.n_text_state, h.n_text_head, h.n_text_layer};
+  if (d.n_audio_state != d.n_text_state || d.n_audio_state % d.n_audio_head || d.n_text_state % d.n_text_head)
+    throw ModelError("ggml: inconsistent widths/heads in hparams");
+  const std::int64_t D = d.n_audio_state;
+
+  // Tensor by name with its PyTorch shape checked; trailing size-1 dimensions (whisper.cpp
+  // stores conv biases as (d, 1)) are ignored.
+  auto get = [&](const std::string& name, std::vector<std::int64_t> shape) -> const std::vector<float>& {
+    const GgmlTensor& t = g.tensor(name);
+    std::vector<std::int64_t> s = t.shape();
+    while (s.size() > shape.size() && s.back() == 1) s.pop_back();
+    if (s != shape)
+      throw ModelError("ggml: tensor '" + name + "' has shape " + shape_string(t.shape()) + ", expected " +
+                       shape_string(shape));
+    return t.data;
+  };
+  auto mat = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+    return detail::to_matrix(get(name, {rows, cols}), rows, cols);
+  };
+  auto vec = [&](const std::string& name, std::int64_t n) { return detail::to_vector(get(name, {n})); };
+  auto lin = [&](const std::string& p, std::int64_t out, std::int64_t in, bool bias = true) {
+    return Linear{mat(p + ".weight", out, in), bias ? vec(p + ".bias", out) : RowVectorXf(RowVectorXf::Zero(out))};
+  };
+  auto ln = [&](const std::string& p) { return LayerNorm{vec(p + ".weight", D), vec(p + ".bias", D)}; };
+  auto attn = [&](const std::string& p) {
+    return detail::stack({lin(p + ".query", D, D), lin(p + ".key", D, D, false), lin(p + ".value", D, D)});
+  };
+
+  w.conv1_w = conv_weight_k_major(get("encoder.conv1.weight", {D, d.n_mels, 3}).data(), D, d.n_mels);
+  w.conv1_b = vec("encoder.conv1.bias", D);
+  w.conv2_w = conv_weight_k_major(get("encoder.conv2.weight", {D, D, 3}).data(), D, D);
+  w.conv2_b = vec("encoder.conv2.bias", D);
+  w.encoder_positions = sinusoids(d.n_audio_ctx, D);
+  for (int i = 0; i < d.n_audio_layer; ++i) {
+    const std::string p = "encoder.blocks." + std::to_string(i);
+    w.encoder.push_back({ln(p + ".attn_ln"), attn(p + ".attn"), lin(p + ".attn.out", D, D), ln(p + ".mlp_ln"),
+                         lin(p + ".mlp.0", 4 * D, D), lin(p + ".mlp.2", D, 4 * D)});
+  }
+  w.encoder_ln = ln("encoder.ln_post");
+  w.token_embedding = mat("decoder.token_embedding.weight", d.n_vocab, D);
+  w.decoder_positions = mat("decoder.positional_embedding", d.n_text_ctx, D);
+  for (int i = 0; i < d.n_text_layer; ++i) {
+    const std::string p = "decoder.blocks." + std::to_string(i);
+    w.decoder.push_back({ln(p + ".attn_ln"), attn(p + ".attn"), lin(p + ".attn.out", D, D), ln(p + ".cross_attn_ln"),
+                         lin(p + ".cross_attn.query", D, D),
+                         detail::stack({lin(p + ".cross_attn.key", D, D, false), lin(p + ".cross_attn.value", D, D)}),
+                         lin(p + ".cross_attn.out", D, D), ln(p + ".mlp_ln"), lin(p + ".mlp.0", 4 * D, D),
+                         lin(p + ".mlp.2", D, 4 * D)});
+  }
+  w.decoder_ln = ln("decoder.ln");
+  return w;
+}
+
+}  // namespace polyattn::whisper

@@ -1,0 +1,275 @@
+#include <doctest/doctest.h>
+
+#include <whisper/ct2_model.hpp>
+#include <whisper/ggml_model.hpp>
+#include <whisper/half.hpp>
+#include <whisper/json.hpp>
+#include <whisper/mel.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "test_util.hpp"
+
+using namespace polyattn::whisper;
+using whisper_test::Bytes;
+
+namespace {
+
+void ct2_string(Bytes& b, const std::string& s) {
+  b.put<std::uint16_t>(static_cast<std::uint16_t>(s.size() + 1)).str(s).put<std::uint8_t>(0);
+}
+
+struct Ct2Var {
+  std::string name;
+  std::vector<std::uint32_t> shape;
+  std::uint8_t dtype;
+  std::vector<std::uint8_t> data;
+};
+
+std::vector<std::uint8_t> write_ct2(const std::vector<Ct2Var>& vars,
+                                    const std::vector<std::pair<std::string, std::string>>& aliases,
+                                    std::uint32_t version = 6) {
+  Bytes b;
+  b.put<std::uint32_t>(version);
+  ct2_string(b, "WhisperSpec");
+  b.put<std::uint32_t>(3).put<std::uint32_t>(static_cast<std::uint32_t>(vars.size()));
+  for (const auto& v : vars) {
+    ct2_string(b, v.name);
+    b.put<std::uint8_t>(static_cast<std::uint8_t>(v.shape.size()));
+    for (auto d : v.shape) b.put(d);
+    b.put(v.dtype).put<std::uint32_t>(static_cast<std::uint32_t>(v.data.size())).raw(v.data.data(), v.data.size());
+  }
+  b.put<std::uint32_t>(static_cast<std::uint32_t>(aliases.size()));
+  for (const auto& [a, t] : aliases) {
+    ct2_string(b, a);
+    ct2_string(b, t);
+  }
+  return b.b;
+}
+
+template <class T>
+std::vector<std::uint8_t> raw(const std::vector<T>& v) {
+  Bytes b;
+  for (const T& x : v) b.put(x);
+  return b.b;
+}
+
+std::vector<std::uint8_t> small_ct2() {
+  return write_ct2({{"decoder/embeddings/weight", {2, 3}, 4, raw<std::uint16_t>({0x3C00, 0xC000, 0x3800, 0, 0x7BFF, 0x8001})},
+                    {"encoder/conv1/bias", {4}, 0, raw<float>({1.5f, -2.0f, 0.25f, 8.0f})},
+                    {"encoder/num_heads", {}, 2, raw<std::int16_t>({6})},
+                    {"decoder/activation", {}, 1, raw<std::int8_t>({3})}},
+                   {{"decoder/projection/weight", "decoder/embeddings/weight"}});
+}
+
+}  // namespace
+
+TEST_SUITE("ct2") {
+  TEST_CASE("half and bfloat16 conversion is bit exact") {
+    CHECK(half_to_float(0x3C00) == 1.0f);
+    CHECK(half_to_float(0xC000) == -2.0f);
+    CHECK(half_to_float(0x7BFF) == 65504.0f);
+    CHECK(half_to_float(0x0001) == std::ldexp(1.0f, -24));
+    CHECK(half_to_float(0x03FF) == std::ldexp(1023.0f, -24));
+    CHECK(half_to_float(0x0400) == std::ldexp(1.0f, -14));
+    CHECK(std::signbit(half_to_float(0x8000)));
+    CHECK(half_to_float(0x7C00) == std::numeric_limits<float>::infinity());
+    CHECK(std::isnan(half_to_float(0x7E00)));
+    CHECK(bfloat16_to_float(0x3F80) == 1.0f);
+    // Every finite half round-trips through float exactly (float -> half by rounding).
+    for (std::uint32_t h = 0; h < 0x10000; ++h) {
+      const float f = half_to_float(static_cast<std::uint16_t>(h));
+      if (!std::isfinite(f)) continue;
+      const _Float16 back = static_cast<_Float16>(f);
+      std::uint16_t bits;
+      std::memcpy(&bits, &back, 2);
+      if (bits != h) FAIL("half " << h << " -> " << f << " -> " << bits);
+    }
+  }
+
+  TEST_CASE("synthetic model.bin: values, aliases, metadata") {
+    const Ct2ModelBin m = Ct2ModelBin::parse(small_ct2());
+    CHECK(m.binary_version == 6);
+    CHECK(m.spec_name == "WhisperSpec");
+    CHECK(m.spec_revision == 3);
+    const Ct2Variable& e = m.tensor("decoder/embeddings/weight", {2, 3});
+    CHECK(e.values == std::vector<float>{1.0f, -2.0f, 0.5f, 0.0f, 65504.0f, -std::ldexp(1.0f, -24)});
+    CHECK(&m.get("decoder/projection/weight") == &e);
+    CHECK(m.tensor("encoder/conv1/bias", {4}).values[3] == 8.0f);
+    CHECK(m.scalar_int("encoder/num_heads") == 6);
+    CHECK(m.scalar_int("decoder/activation") == 3);
+    CHECK_THROWS_WITH_AS(m.get("encoder/nope"), doctest::Contains("encoder/nope"), ModelError);
+    CHECK_THROWS_WITH_AS(m.tensor("encoder/conv1/bias", {5}), doctest::Contains("[4]"), ModelError);
+    CHECK_THROWS_AS(m.tensor("encoder/num_heads", {}), UnsupportedError);
+    CHECK_THROWS_AS(m.scalar_int("encoder/conv1/bias"), ModelError);
+  }
+
+  TEST_CASE("bad version, dtype, sizes, quantized models") {
+    CHECK_THROWS_WITH_AS(Ct2ModelBin::parse(write_ct2({}, {}, 99)), doctest::Contains("99"), UnsupportedError);
+    CHECK_THROWS_AS(Ct2ModelBin::parse(write_ct2({{"x", {1}, 9, {0}}}, {})), UnsupportedError);
+    CHECK_THROWS_WITH_AS(Ct2ModelBin::parse(write_ct2({{"x", {3}, 0, raw<float>({1, 2})}}, {})),
+                         doctest::Contains("'x' has 8 bytes"), FormatError);
+    CHECK_THROWS_AS(Ct2ModelBin::parse(write_ct2({{"x", {1}, 0, raw<float>({1})}, {"x", {1}, 0, raw<float>({1})}}, {})),
+                    FormatError);
+    CHECK_THROWS_AS(Ct2ModelBin::parse(write_ct2({{"x", {1}, 0, raw<float>({1})}}, {{"y", "z"}})), FormatError);
+    CHECK_THROWS_WITH_AS(Ct2ModelBin::parse(write_ct2({{"l/weight", {2, 2}, 1, {1, 2, 3, 4}},
+                                                       {"l/weight_scale", {2}, 0, raw<float>({1, 1})}},
+                                                      {})),
+                         doctest::Contains("quantized"), UnsupportedError);
+    auto trailing = small_ct2();
+    trailing.push_back(0);
+    CHECK_THROWS_AS(Ct2ModelBin::parse(trailing), FormatError);
+  }
+
+  TEST_CASE("every truncation throws; random byte flips load or throw") {
+    const auto good = small_ct2();
+    for (std::size_t n = 0; n < good.size(); ++n) {
+      const std::vector<std::uint8_t> cut(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n));
+      CAPTURE(n);
+      CHECK_THROWS_AS(Ct2ModelBin::parse(cut), Error);
+    }
+    whisper_test::Rng rng(11);
+    int loaded = 0;
+    for (int trial = 0; trial < 5000; ++trial) {
+      auto bad = good;
+      const int flips = 1 + static_cast<int>(rng.next() % 3);
+      for (int k = 0; k < flips; ++k) bad[rng.next() % bad.size()] ^= static_cast<std::uint8_t>(1 + rng.next() % 255);
+      try {
+        (void)Ct2ModelBin::parse(bad);
+        ++loaded;
+      } catch (const Error&) {
+      }
+    }
+    MESSAGE(loaded << " of 5000 corrupted files still parsed (flips inside tensor data)");
+  }
+
+  TEST_CASE("real tiny.en model directory") {
+    const std::string dir = whisper_test::model_dir();
+    if (!whisper_test::have_file(dir + "/model.bin")) return;
+    const Ct2ModelDir d = load_ct2_model_dir(dir);
+    CHECK(d.model.spec_name == "WhisperSpec");
+    CHECK(d.model.scalar_int("encoder/num_heads") == 6);
+    CHECK(d.model.tensor("encoder/conv1/weight", {384, 80, 3}).values.size() == 384 * 80 * 3);
+    CHECK(d.vocabulary.size() == 51864);
+    CHECK(d.config.find("suppress_ids") != nullptr);
+  }
+}
+
+TEST_SUITE("json") {
+  TEST_CASE("parse values, escapes and errors") {
+    const Json j = Json::parse(R"({"a": [1, -2.5e1, true, null], "s": "x\u00e9\ud83d\ude00\n", "o": {}})");
+    CHECK(j.find("a")->as_array("a").size() == 4);
+    CHECK(j.find("a")->as_array("a")[1].as_number("") == -25.0);
+    CHECK(j.find("s")->as_string("s") == "x\xC3\xA9\xF0\x9F\x98\x80\n");
+    CHECK(j.find("missing") == nullptr);
+    CHECK(j.find("a")->as_array("a")[0].as_int("x") == 1);
+    CHECK_THROWS_AS(j.find("a")->as_array("a")[1].as_int("x", 0, 10), FormatError);
+    for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "\"\\ud800\"", "01x", "[1e999]", "tru", "\"a"})
+      CHECK_THROWS_AS(Json::parse(bad), FormatError);
+    CHECK_THROWS_AS(Json::parse(std::string(100000, '[')), FormatError);  // depth limit, no stack overflow
+  }
+}
+
+namespace {
+
+std::vector<std::uint8_t> write_ggml(const std::vector<GgmlTensor>& tensors) {
+  Bytes b;
+  b.put<std::uint32_t>(kGgmlMagic);
+  for (std::int32_t v : {50300, 8, 4, 2, 1, 6, 4, 2, 1, 3, 1}) b.put(v);  // small hparams, ftype f16
+  b.put<std::int32_t>(3).put<std::int32_t>(2);
+  for (float f : {0.f, 1.f, 2.f, 3.f, 4.f, 5.f}) b.put(f);
+  b.put<std::int32_t>(3);
+  for (const std::string t : {"a", " b", "\xC3\xA9"}) b.put<std::uint32_t>(static_cast<std::uint32_t>(t.size())).str(t);
+  for (const auto& t : tensors) {
+    b.put<std::int32_t>(static_cast<std::int32_t>(t.ne.size()))
+        .put<std::int32_t>(static_cast<std::int32_t>(t.name.size()))
+        .put<std::int32_t>(t.type);
+    for (auto ne : t.ne) b.put<std::int32_t>(static_cast<std::int32_t>(ne));
+    b.str(t.name);
+    for (float f : t.data) {
+      if (t.type == 0) {
+        b.put(f);
+      } else {
+        const _Float16 h = static_cast<_Float16>(f);
+        b.raw(&h, 2);
+      }
+    }
+  }
+  return b.b;
+}
+
+}  // namespace
+
+TEST_SUITE("ggml") {
+  TEST_CASE("header of for-tests-ggml-tiny.en.bin") {
+    const std::string path = whisper_test::data_file("for-tests-ggml-tiny.en.bin");
+    if (!whisper_test::have_file(path)) return;
+    const GgmlModel m = load_ggml(path, GgmlLoad::header_only);
+    const GgmlHparams& h = m.hparams;
+    CHECK(h.n_vocab == 51864);
+    CHECK(h.n_audio_ctx == 1500);
+    CHECK(h.n_audio_state == 384);
+    CHECK(h.n_audio_head == 6);
+    CHECK(h.n_audio_layer == 4);
+    CHECK(h.n_text_ctx == 448);
+    CHECK(h.n_text_state == 384);
+    CHECK(h.n_text_head == 6);
+    CHECK(h.n_text_layer == 4);
+    CHECK(h.n_mels == 80);
+    CHECK(h.ftype == 1);
+    REQUIRE(m.mel_filters.rows() == 80);
+    REQUIRE(m.mel_filters.cols() == 201);
+    const float err = (m.mel_filters - mel_filters_slaney(16000, 400, 80)).cwiseAbs().maxCoeff();
+    MESSAGE("ggml mel filters vs computed: max abs diff " << err);
+    CHECK(err < 1e-6f);
+    REQUIRE(m.vocabulary.size() == 50257);
+    CHECK(m.vocabulary[0] == "!");
+    CHECK(m.vocabulary[220] == " ");
+    CHECK(m.vocabulary[50256] == "<|endoftext|>");
+    CHECK(m.tensors.empty());
+    CHECK_THROWS_WITH_AS(load_ggml(path), doctest::Contains("no tensors"), ModelError);
+  }
+
+  TEST_CASE("random tensors round trip (f32 and f16)") {
+    whisper_test::Rng rng(5);
+    GgmlTensor a{"encoder.conv1.weight", {3, 4, 2}, 0, {}};
+    GgmlTensor b{"decoder.token_embedding.weight", {4, 5}, 1, {}};
+    for (int i = 0; i < 24; ++i) a.data.push_back(rng.normal_ish());
+    for (int i = 0; i < 20; ++i) b.data.push_back(static_cast<float>(static_cast<_Float16>(rng.normal_ish())));
+    const auto bytes = write_ggml({a, b});
+    const GgmlModel m = parse_ggml(bytes);
+    CHECK(m.hparams.n_vocab == 50300);
+    CHECK(m.mel_filters(2, 1) == 5.0f);
+    CHECK(m.vocabulary == std::vector<std::string>{"a", " b", "\xC3\xA9"});
+    REQUIRE(m.tensors.size() == 2);
+    CHECK(m.tensor("encoder.conv1.weight").data == a.data);
+    CHECK(m.tensor("encoder.conv1.weight").shape() == std::vector<std::int64_t>{2, 4, 3});
+    CHECK(m.tensor("decoder.token_embedding.weight").data == b.data);
+    CHECK(m.tensor("decoder.token_embedding.weight").type == 1);
+    CHECK_THROWS_AS(m.tensor("nope"), ModelError);
+
+    // Truncation: throw, or (cut exactly between tensors) load fewer tensors.
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      const std::vector<std::uint8_t> cut(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+      try {
+        const GgmlModel partial = parse_ggml(cut);
+        CHECK(partial.tensors.size() < 2);
+      } catch (const Error&) {
+      }
+    }
+    for (int trial = 0; trial < 5000; ++trial) {
+      auto bad = bytes;
+      bad[rng.next() % bad.size()] ^= static_cast<std::uint8_t>(1 + rng.next() % 255);
+      try {
+        (void)parse_ggml(bad);
+      } catch (const Error&) {
+      }
+    }
+    auto bad = bytes;
+    bad[0] = 0;
+    CHECK_THROWS_WITH_AS(parse_ggml(bad), doctest::Contains("bad magic"), FormatError);
+    GgmlTensor q{"x", {2}, 2, {0, 0}};  // Q4_0
+    CHECK_THROWS_AS(parse_ggml(write_ggml({q})), UnsupportedError);
+  }
+}

@@ -1,0 +1,343 @@
+#include <doctest/doctest.h>
+
+#include <whisper/model.hpp>
+#include <whisper/wav.hpp>
+
+#include <map>
+#include <numbers>
+
+#include "test_util.hpp"
+
+using namespace polyattn::whisper;
+
+TEST_SUITE("model") {
+  TEST_CASE("layers: conv1d_k3, sinusoids, layer_norm, attention") {
+    // conv1d_k3 against a direct loop, stride 1 and 2.
+    whisper_test::Rng rng(2);
+    const int t_in = 7, c_in = 3, c_out = 2;
+    std::vector<float> w_pt(c_out * c_in * 3);  // PyTorch (C_out, C_in, 3)
+    for (auto& v : w_pt) v = rng.normal_ish();
+    RowMatrixXf x(t_in, c_in);
+    for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = rng.normal_ish();
+    RowVectorXf bias(c_out);
+    bias << 0.5f, -1.0f;
+    for (int stride : {1, 2}) {
+      const RowMatrixXf y = conv1d_k3(x, conv_weight_k_major(w_pt.data(), c_out, c_in), bias, stride);
+      REQUIRE(y.rows() == (t_in - 1) / stride + 1);
+      for (Eigen::Index t = 0; t < y.rows(); ++t)
+        for (int o = 0; o < c_out; ++o) {
+          double acc = bias[o];
+          for (int c = 0; c < c_in; ++c)
+            for (int k = 0; k < 3; ++k) {
+              const Eigen::Index src = t * stride + k - 1;
+              if (src >= 0 && src < t_in) acc += w_pt[static_cast<std::size_t>((o * c_in + c) * 3 + k)] * x(src, c);
+            }
+          CHECK(y(t, o) == doctest::Approx(acc).epsilon(1e-5));
+        }
+    }
+    const RowMatrixXf pos = sinusoids(1500, 384);
+    CHECK(pos(0, 0) == 0.0f);
+    CHECK(pos(0, 192) == 1.0f);
+    CHECK(pos(1499, 0) == doctest::Approx(std::sin(1499.0)).epsilon(1e-4));
+
+    // Causal attention with a cache offset equals full attention restricted to the prefix.
+    const int n = 5, d = 8;
+    RowMatrixXf q(n, d), k(n, d), v(n, d);
+    for (auto* m : {&q, &k, &v})
+      for (Eigen::Index i = 0; i < m->size(); ++i) m->data()[i] = rng.normal_ish();
+    const RowMatrixXf full = detail::multi_head_attention(q, k, v, 2, true, 0);
+    const RowMatrixXf last = detail::multi_head_attention(q.bottomRows(1), k, v, 2, true, n - 1);
+    CHECK((full.bottomRows(1) - last).cwiseAbs().maxCoeff() < 1e-6f);
+    const RowMatrixXf first = detail::multi_head_attention(q.topRows(1), k.topRows(1), v.topRows(1), 2, false);
+    CHECK((full.topRows(1) - v.topRows(1)).cwiseAbs().maxCoeff() < 1e-6f);  // one visible key: output = v
+    CHECK((first - v.topRows(1)).cwiseAbs().maxCoeff() < 1e-6f);
+    CHECK_THROWS_AS(detail::multi_head_attention(q, k, v, 3, false), ModelError);
+  }
+
+  TEST_CASE("tiny.en: weights, encoder positions, jfk.wav transcript") {
+    const std::string dir = whisper_test::model_dir();
+    const std::string wav = whisper_test::data_file("jfk.wav");
+    if (!whisper_test::have_file(dir + "/model.bin") || !whisper_test::have_file(wav)) return;
+    const WhisperModel model = WhisperModel::load_ct2(dir);
+    const WhisperDims& d = model.dims();
+    CHECK(d.n_mels == 80);
+    CHECK(d.n_audio_ctx == 1500);
+    CHECK(d.n_audio_state == 384);
+    CHECK(d.n_audio_head == 6);
+    CHECK(d.n_audio_layer == 4);
+    CHECK(d.n_text_ctx == 448);
+    CHECK(d.n_text_layer == 4);
+    CHECK(d.n_vocab == 51864);
+    CHECK(model.rules().prompt == std::vector<int>{50257, 50362});
+    CHECK(model.rules().suppress_at_begin == std::vector<int>{220, 50256});
+    CHECK(model.rules().suppress.size() == 90);
+
+    // The computed sinusoids equal the model's stored (fp16) encoder positions.
+    const Ct2ModelBin bin = Ct2ModelBin::parse(read_file_bytes(dir + "/model.bin"));
+    const RowMatrixXf stored = detail::to_matrix(bin.tensor("encoder/position_encodings/encodings", {1500, 384}).values, 1500, 384);
+    CHECK((stored - model.weights().encoder_positions).cwiseAbs().maxCoeff() < 1e-3f);
+
+    const Transcript t = model.transcribe(load_wav_16k_mono(wav));
+    MESSAGE("jfk.wav: \"" << t.text << "\" (mel " << t.mel_ms << " ms, encode " << t.encode_ms << " ms, decode "
+                          << t.decode_ms << " ms)");
+    // Tokens that CTranslate2 4.8.5 (the peer, same weights) produces from this code's
+    // log-mel window with prompt <|startoftranscript|><|notimestamps|>, greedy.
+    const std::vector<int> peer = {843, 523, 616, 5891, 3399, 1265, 407, 644, 534, 1499, 460, 466,
+                                   329, 345, 11, 1265, 644, 345, 460, 466, 329, 534, 1499, 13};
+    CHECK(t.tokens == peer);
+    CHECK(t.windows == 1);
+    std::string text = t.text;
+    REQUIRE(!text.empty());
+    CHECK(text.front() == ' ');
+    text.erase(0, 1);
+    CHECK(text == "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country.");
+    // The reference sentence of DESIGN.md has a comma after "Americans"; tiny.en greedy
+    // (here and in CTranslate2) does not produce it. Reported, not failed.
+    WARN_MESSAGE(text == "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country.",
+                 "tiny.en greedy output differs from the DESIGN.md reference sentence (comma after 'Americans')");
+  }
+
+  TEST_CASE("long audio: two windows, empty audio") {
+    const std::string dir = whisper_test::model_dir();
+    const std::string wav = whisper_test::data_file("jfk.wav");
+    if (!whisper_test::have_file(dir + "/model.bin") || !whisper_test::have_file(wav)) return;
+    const WhisperModel model = WhisperModel::load_ct2(dir);
+    std::vector<float> x = load_wav_16k_mono(wav);
+    std::vector<float> twice(static_cast<std::size_t>(16000 * 30), 0.0f);  // jfk, silence up to 30 s, jfk
+    std::copy(x.begin(), x.end(), twice.begin());
+    twice.insert(twice.end(), x.begin(), x.end());
+    const Transcript t = model.transcribe(twice);
+    MESSAGE("41 s: \"" << t.text << "\"");
+    CHECK(t.windows == 2);
+    CHECK(t.text.find("ask not what your country") != t.text.rfind("ask not what your country"));
+    const Transcript silence = model.transcribe(std::vector<float>{});
+    CHECK(silence.windows == 1);
+    MESSAGE("empty audio: \"" << silence.text << "\"");
+  }
+}
+
+namespace {
+
+using whisper_test::Bytes;
+
+// A random Whisper-shaped model (d = 8, 2 heads, one layer each) under PyTorch names.
+struct TinyTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;  // PyTorch order
+  std::vector<float> data;
+};
+
+std::vector<TinyTensor> tiny_pytorch_model(whisper_test::Rng& rng, int n_vocab, int d) {
+  std::vector<TinyTensor> t;
+  auto add = [&](const std::string& name, std::vector<std::int64_t> shape) {
+    std::int64_t n = 1;
+    for (auto s : shape) n *= s;
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = rng.normal_ish() * 0.5f;
+    t.push_back({name, std::move(shape), std::move(v)});
+  };
+  auto ln = [&](const std::string& p) { add(p + ".weight", {d}); add(p + ".bias", {d}); };
+  auto lin = [&](const std::string& p, std::int64_t out, std::int64_t in, bool bias = true) {
+    add(p + ".weight", {out, in});
+    if (bias) add(p + ".bias", {out});
+  };
+  auto attn = [&](const std::string& p) {
+    lin(p + ".query", d, d);
+    lin(p + ".key", d, d, false);
+    lin(p + ".value", d, d);
+    lin(p + ".out", d, d);
+  };
+  add("encoder.conv1.weight", {d, 80, 3});
+  add("encoder.conv1.bias", {d, 1});  // whisper.cpp stores conv biases as (d, 1)
+  add("encoder.conv2.weight", {d, d, 3});
+  add("encoder.conv2.bias", {d, 1});
+  add("encoder.positional_embedding", {1500, d});
+  ln("encoder.blocks.0.attn_ln");
+  attn("encoder.blocks.0.attn");
+  ln("encoder.blocks.0.mlp_ln");
+  lin("encoder.blocks.0.mlp.0", 4 * d, d);
+  lin("encoder.blocks.0.mlp.2", d, 4 * d);
+  ln("encoder.ln_post");
+  add("decoder.token_embedding.weight", {n_vocab, d});
+  add("decoder.positional_embedding", {448, d});
+  ln("decoder.blocks.0.attn_ln");
+  attn("decoder.blocks.0.attn");
+  ln("decoder.blocks.0.cross_attn_ln");
+  attn("decoder.blocks.0.cross_attn");
+  ln("decoder.blocks.0.mlp_ln");
+  lin("decoder.blocks.0.mlp.0", 4 * d, d);
+  lin("decoder.blocks.0.mlp.2", d, 4 * d);
+  ln("decoder.ln");
+  return t;
+}
+
+std::vector<std::uint8_t> tiny_ggml(const std::vector<TinyTensor>& tensors, int n_vocab, int d) {
+  Bytes b;
+  b.put<std::uint32_t>(kGgmlMagic);
+  for (std::int32_t v : {n_vocab, 1500, d, 2, 1, 448, d, 2, 1, 80, 0}) b.put(v);
+  b.put<std::int32_t>(1).put<std::int32_t>(1).put(0.0f);  // a 1x1 filter bank (unused)
+  b.put<std::int32_t>(2);
+  for (const std::string tok : {"a", "b"}) b.put<std::uint32_t>(1).str(tok);
+  for (const auto& t : tensors) {
+    b.put<std::int32_t>(static_cast<std::int32_t>(t.shape.size()))
+        .put<std::int32_t>(static_cast<std::int32_t>(t.name.size()))
+        .put<std::int32_t>(0);
+    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) b.put<std::int32_t>(static_cast<std::int32_t>(*it));
+    b.str(t.name);
+    for (float f : t.data) b.put(f);
+  }
+  return b.b;
+}
+
+// The same model under CTranslate2 WhisperSpec names (fused q/k/v, zero key bias).
+std::vector<std::uint8_t> tiny_ct2(const std::vector<TinyTensor>& tensors) {
+  std::map<std::string, const TinyTensor*> by_name;
+  for (const auto& t : tensors) by_name[t.name] = &t;
+  struct Var {
+    std::string name;
+    std::vector<std::uint32_t> shape;
+    std::vector<float> data;
+  };
+  std::vector<Var> vars;
+  auto copy = [&](const std::string& ct2, const std::string& pt) {
+    const TinyTensor& t = *by_name.at(pt);
+    std::vector<std::uint32_t> shape;
+    for (auto s : t.shape) shape.push_back(static_cast<std::uint32_t>(s));
+    if (shape.size() == 2 && shape[1] == 1) shape.pop_back();  // conv biases are 1-D in CT2
+    vars.push_back({ct2, shape, t.data});
+  };
+  auto ln = [&](const std::string& ct2, const std::string& pt) {
+    copy(ct2 + "/gamma", pt + ".weight");
+    copy(ct2 + "/beta", pt + ".bias");
+  };
+  auto fused = [&](const std::string& ct2, const std::vector<std::string>& parts) {
+    std::uint32_t rows = 0, cols = 0;
+    for (const auto& p : parts) {
+      rows += static_cast<std::uint32_t>(by_name.at(p + ".weight")->shape[0]);
+      cols = static_cast<std::uint32_t>(by_name.at(p + ".weight")->shape[1]);
+    }
+    Var w{ct2 + "/weight", {rows, cols}, {}};
+    Var b{ct2 + "/bias", {rows}, {}};
+    for (const auto& p : parts) {
+      const TinyTensor& pw = *by_name.at(p + ".weight");
+      w.data.insert(w.data.end(), pw.data.begin(), pw.data.end());
+      const auto it = by_name.find(p + ".bias");
+      if (it != by_name.end()) b.data.insert(b.data.end(), it->second->data.begin(), it->second->data.end());
+      else b.data.insert(b.data.end(), static_cast<std::size_t>(pw.shape[0]), 0.0f);  // Whisper's key: no bias
+    }
+    vars.push_back(std::move(w));
+    vars.push_back(std::move(b));
+  };
+  auto lin = [&](const std::string& ct2, const std::string& pt) { fused(ct2, {pt}); };
+  copy("encoder/conv1/weight", "encoder.conv1.weight");
+  copy("encoder/conv1/bias", "encoder.conv1.bias");
+  copy("encoder/conv2/weight", "encoder.conv2.weight");
+  copy("encoder/conv2/bias", "encoder.conv2.bias");
+  copy("encoder/position_encodings/encodings", "encoder.positional_embedding");
+  ln("encoder/layer_0/self_attention/layer_norm", "encoder.blocks.0.attn_ln");
+  fused("encoder/layer_0/self_attention/linear_0",
+        {"encoder.blocks.0.attn.query", "encoder.blocks.0.attn.key", "encoder.blocks.0.attn.value"});
+  lin("encoder/layer_0/self_attention/linear_1", "encoder.blocks.0.attn.out");
+  ln("encoder/layer_0/ffn/layer_norm", "encoder.blocks.0.mlp_ln");
+  lin("encoder/layer_0/ffn/linear_0", "encoder.blocks.0.mlp.0");
+  lin("encoder/layer_0/ffn/linear_1", "encoder.blocks.0.mlp.2");
+  ln("encoder/layer_norm", "encoder.ln_post");
+  copy("decoder/embeddings/weight", "decoder.token_embedding.weight");
+  copy("decoder/position_encodings/encodings", "decoder.positional_embedding");
+  ln("decoder/layer_0/self_attention/layer_norm", "decoder.blocks.0.attn_ln");
+  fused("decoder/layer_0/self_attention/linear_0",
+        {"decoder.blocks.0.attn.query", "decoder.blocks.0.attn.key", "decoder.blocks.0.attn.value"});
+  lin("decoder/layer_0/self_attention/linear_1", "decoder.blocks.0.attn.out");
+  ln("decoder/layer_0/attention/layer_norm", "decoder.blocks.0.cross_attn_ln");
+  lin("decoder/layer_0/attention/linear_0", "decoder.blocks.0.cross_attn.query");
+  fused("decoder/layer_0/attention/linear_1", {"decoder.blocks.0.cross_attn.key", "decoder.blocks.0.cross_attn.value"});
+  lin("decoder/layer_0/attention/linear_2", "decoder.blocks.0.cross_attn.out");
+  ln("decoder/layer_0/ffn/layer_norm", "decoder.blocks.0.mlp_ln");
+  lin("decoder/layer_0/ffn/linear_0", "decoder.blocks.0.mlp.0");
+  lin("decoder/layer_0/ffn/linear_1", "decoder.blocks.0.mlp.2");
+  ln("decoder/layer_norm", "decoder.ln");
+
+  Bytes b;
+  auto str = [&](const std::string& s) { b.put<std::uint16_t>(static_cast<std::uint16_t>(s.size() + 1)).str(s).put<std::uint8_t>(0); };
+  b.put<std::uint32_t>(6);
+  str("WhisperSpec");
+  b.put<std::uint32_t>(3).put<std::uint32_t>(static_cast<std::uint32_t>(vars.size() + 2));
+  for (const auto& v : vars) {
+    str(v.name);
+    b.put<std::uint8_t>(static_cast<std::uint8_t>(v.shape.size()));
+    for (auto s : v.shape) b.put(s);
+    b.put<std::uint8_t>(0).put<std::uint32_t>(static_cast<std::uint32_t>(v.data.size() * 4));
+    for (float f : v.data) b.put(f);
+  }
+  for (const std::string name : {"encoder/num_heads", "decoder/num_heads"}) {
+    str(name);
+    b.put<std::uint8_t>(0).put<std::uint8_t>(2).put<std::uint32_t>(2).put<std::int16_t>(2);
+  }
+  b.put<std::uint32_t>(1);
+  str("decoder/projection/weight");
+  str("decoder/embeddings/weight");
+  return b.b;
+}
+
+}  // namespace
+
+TEST_SUITE("model") {
+  TEST_CASE("synthetic model: ggml and CTranslate2 forms load the same weights and logits") {
+    whisper_test::Rng rng(9);
+    const int n_vocab = 51864, d = 8;
+    const auto tensors = tiny_pytorch_model(rng, n_vocab, d);
+    const WhisperWeights g = weights_from_ggml(parse_ggml(tiny_ggml(tensors, n_vocab, d)));
+    const WhisperWeights c = weights_from_ct2(Ct2ModelBin::parse(tiny_ct2(tensors)));
+    CHECK(c.dims.n_audio_state == d);
+    CHECK(c.dims.n_audio_head == 2);
+    CHECK(c.dims.n_audio_layer == 1);
+    CHECK(c.dims.n_text_layer == 1);
+    CHECK(c.dims.n_vocab == n_vocab);
+    CHECK(g.conv1_w == c.conv1_w);
+    CHECK(g.conv2_b == c.conv2_b);
+    CHECK(g.encoder[0].qkv.weight == c.encoder[0].qkv.weight);
+    CHECK(g.encoder[0].qkv.bias == c.encoder[0].qkv.bias);
+    CHECK(g.decoder[0].cross_kv.weight == c.decoder[0].cross_kv.weight);
+    CHECK(g.decoder[0].cross_kv.bias == c.decoder[0].cross_kv.bias);
+    CHECK(g.decoder[0].fc2.weight == c.decoder[0].fc2.weight);
+    CHECK(g.decoder_ln.beta == c.decoder_ln.beta);
+    CHECK(g.token_embedding == c.token_embedding);
+
+    RowMatrixXf mel(80, 3000);
+    for (Eigen::Index i = 0; i < mel.size(); ++i) mel.data()[i] = rng.normal_ish();
+    const RowMatrixXf fg = encode(g, mel), fc = encode(c, mel);
+    CHECK(fg == fc);
+    CHECK(fg.rows() == 1500);
+    CHECK(fg.allFinite());
+
+    // Incremental decoding with the KV cache equals feeding the whole prefix at once.
+    DecoderState one = begin_decoding(c, fc), all = begin_decoding(c, fc);
+    const std::vector<int> tokens = {50257, 50362, 11, 220, 400};
+    RowVectorXf step_logits;
+    for (int t : tokens) {
+      const int tok[] = {t};
+      step_logits = decode_step(c, one, tok);
+    }
+    const RowVectorXf prefix_logits = decode_step(c, all, tokens);
+    CHECK((step_logits - prefix_logits).cwiseAbs().maxCoeff() < 1e-4f * (1.0f + prefix_logits.cwiseAbs().maxCoeff()));
+    CHECK(one.length == 5);
+
+    // Bad inputs are errors, not crashes.
+    const int bad_token[] = {n_vocab};
+    CHECK_THROWS_AS(decode_step(c, one, bad_token), Error);
+    CHECK_THROWS_AS(encode(c, RowMatrixXf::Zero(80, 2999)), Error);
+    DecoderState full = begin_decoding(c, fc);
+    const std::vector<int> too_many(449, 1);
+    CHECK_THROWS_AS(decode_step(c, full, too_many), Error);
+
+    // A missing tensor / wrong shape names the tensor.
+    auto missing = tensors;
+    missing.erase(missing.begin() + 3);  // encoder.conv2.bias
+    CHECK_THROWS_WITH_AS(weights_from_ggml(parse_ggml(tiny_ggml(missing, n_vocab, d))),
+                         doctest::Contains("encoder.conv2.bias"), ModelError);
+    auto misshapen = tensors;
+    misshapen[3].shape = {d / 2, 2};
+    CHECK_THROWS_WITH_AS(weights_from_ggml(parse_ggml(tiny_ggml(misshapen, n_vocab, d))),
+                         doctest::Contains("encoder.conv2.bias"), ModelError);
+  }
+}
