@@ -91,6 +91,29 @@ TEST_CASE_TEMPLATE("Mtla in double: incremental merging equals the parallel stri
   }
 }
 
+TEST_CASE("Mtla's block cache update is the paper's per-token formula") {
+  using V = MtlaS<3>;
+  std::mt19937 rng(8);
+  const auto p = random_params<V>(kShape, rng);
+  const RowMatrixXf lat = random_matrix(5, V::rank, rng), kr = random_matrix(5, V::rope_dim, rng);
+  SlotStore block{V::rank + V::rope_dim, {}}, one_by_one{V::rank + V::rope_dim, {}};
+  V::write_rows(block, 0, 0, kShape, p, {lat, kr}, 0, 5);  // tokens 0..4: slot 0 full, slot 1 holds 3 and 4
+  for (int i = 0; i < 5; ++i) V::write_rows(one_by_one, 0, i, kShape, p, {lat, kr}, i, 1);
+  for (int slot = 0; slot < 2; ++slot) {
+    Eigen::RowVectorXd expected = Eigen::RowVectorXd::Zero(V::rank);
+    for (int i = 3 * slot; i < std::min(5, 3 * slot + 3); ++i) {
+      const auto c = V::layer_norm<double>(p, lat.row(i));
+      expected += V::merge_weight<double>(p, c, slot) * c;  // w_i = sigmoid(<Lin_p(PE(j)), Lin_c(c_i)>)
+    }
+    const Eigen::Map<const Eigen::RowVectorXd> got(block.data.data() + slot * block.width, V::rank);
+    const Eigen::Map<const Eigen::RowVectorXd> got1(one_by_one.data.data() + slot * block.width, V::rank);
+    CHECK((got - expected).cwiseAbs().maxCoeff() <= 1e-13);
+    CHECK((got1 - expected).cwiseAbs().maxCoeff() <= 1e-13);
+    const int newest = std::min(4, 3 * slot + 2);  // the slot's RoPE key is its newest token's
+    for (int k = 0; k < V::rope_dim; ++k) CHECK(block.data[std::size_t(slot * block.width + V::rank + k)] == double(kr(newest, k)));
+  }
+}
+
 TEST_CASE("Mtla with stride 1 opens a slot for every token (the reference code's T % s != 1 never does)") {
   using V = MtlaS<1>;
   std::mt19937 rng(5);

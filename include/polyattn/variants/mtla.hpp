@@ -156,19 +156,27 @@ struct Mtla : VariantBase {
   // ---- incremental cache update --------------------------------------------------------------
 
   /// Merges tokens pos, pos + 1, ... (rows [first_row, first_row + n)) into their slots; the
-  /// slots exist (Attention grew the store to ceil((pos + n) / Stride) rows).
+  /// slots exist (Attention grew the store to ceil((pos + n) / Stride) rows). The hyper-network
+  /// runs once for the block (in double): Lin_c over the n latents, Lin_p over the slots touched.
   template <class Store>
   static void write_rows(Store& store, int seq, int pos, AttentionShape, const Params& p, const Rows& r, int first_row, int n) {
+    if (n <= 0) return;
+    using Mat = RowMatrix<double>;
+    const int first_slot = pos / Stride, slots = (pos + n - 1) / Stride - first_slot + 1;
+    Mat c(n, Rank), pe(slots, Rank);
+    for (int i = 0; i < n; ++i) c.row(i) = layer_norm<double>(p, r.latent.row(first_row + i));
+    for (int j = 0; j < slots; ++j) pe.row(j) = positional_encoding<double>(first_slot + j);
+    const Mat hc = (c * p.latent_weight.template cast<double>()).rowwise() + p.latent_bias.template cast<double>();
+    const Mat hp = (pe * p.pos_weight.template cast<double>()).rowwise() + p.pos_bias.template cast<double>();
     for (int i = 0; i < n; ++i) {
       const int token = pos + i, slot = token / Stride;
-      const Vec<double> c = layer_norm<double>(p, r.latent.row(first_row + i));
-      const double w = merge_weight<double>(p, c, slot);
+      const double w = 1.0 / (1.0 + std::exp(-hp.row(slot - first_slot).dot(hc.row(i))));
       auto* row = store.row(0, seq, slot, 0);
       using T = std::remove_cvref_t<decltype(*row)>;
       if (token % Stride == 0)
-        for (int k = 0; k < Rank; ++k) row[k] = T(w * c[k]);
+        for (int k = 0; k < Rank; ++k) row[k] = T(w * c(i, k));
       else
-        for (int k = 0; k < Rank; ++k) row[k] = T(double(row[k]) + w * c[k]);
+        for (int k = 0; k < Rank; ++k) row[k] = T(double(row[k]) + w * c(i, k));
       Absorb::store_values(row + Rank, r.rope_key.row(first_row + i).data(), RopeDim);
     }
   }
