@@ -3,15 +3,17 @@
 // nothing in examples/whisper/ crashes or reads out of bounds on malformed files.
 #pragma once
 
-#include <stdexcept>
 #include <string>
+
+#include <polyattn/core/error.hpp>
 
 namespace polyattn::whisper {
 
-// Base of everything thrown for bad input (files, arguments, model contents).
-class Error : public std::runtime_error {
+// Base of everything the example throws for bad input (files, arguments, model contents);
+// a polyattn::Error, so one catch handles the library's and the example's errors.
+class Error : public polyattn::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using polyattn::Error::Error;
 };
 
 // A file that cannot be opened or read.

@@ -26,6 +26,7 @@
 
 #include "byte_reader.hpp"
 #include "error.hpp"
+#include "matrix.hpp"
 #include "half.hpp"
 
 namespace polyattn::whisper {
@@ -51,7 +52,7 @@ enum class GgmlLoad { full, header_only };
 
 struct GgmlModel {
   GgmlHparams hparams;
-  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> mel_filters;  // (n_mel, n_fft)
+  RowMatrixXf mel_filters;  // (n_mel, n_fft)
   std::vector<std::string> vocabulary;  // raw bytes of tokens 0 .. n_tokens-1
   std::map<std::string, GgmlTensor> tensors;
 

@@ -4,9 +4,11 @@
 
 #include <Eigen/Core>
 
+#include <polyattn/core/matrix.hpp>
+
 namespace polyattn::whisper {
 
-using RowMatrixXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using polyattn::RowMatrixXf;
 using RowVectorXf = Eigen::RowVectorXf;
 
 }  // namespace polyattn::whisper
