@@ -88,6 +88,9 @@ int main(int argc, char** argv) {
       w.b_v = b.self_qkv.bias.tail(d).cast<double>();
       const std::string title = "tiny.en decoder layer " + std::to_string(l) + " self-attention" + (l == 0 ? "" : " (proxy inputs)");
       sweep(title.c_str(), w, xl, 2, {12, 24, 48, 96, 192, 384});
+      if (l == 0)  // the same weights on isotropic inputs: how much of the error is the input distribution
+        sweep("tiny.en decoder layer 0 self-attention, isotropic Gaussian inputs", w, gaussian(T, d, rng, 1.0), 2,
+              {12, 24, 48, 96, 192, 384});
     }
   }
   return 0;
