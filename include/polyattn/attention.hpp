@@ -8,6 +8,10 @@
 // q is (rows, Variant::query_width(shape)); out is (rows, Variant::output_width(shape)), the
 // concatenated heads before the output projection. Every call checks all of its inputs before
 // it writes anything, so a failed call leaves the cache as it was.
+//
+// Positions and lengths count tokens. For a variant that merges tokens into shared cache rows
+// (Variant::tokens_per_row > 1, e.g. Mtla) the store counts rows, ceil(tokens / tokens_per_row),
+// and CacheConfig::capacity is in rows; see VariantBase.
 #pragma once
 
 #include <algorithm>
@@ -80,6 +84,8 @@ class Attention {
   static_assert(AttentionVariant<Variant>,
                 "polyattn: the Variant argument of Attention does not model AttentionVariant (see variants/variant.hpp)");
   static_assert(std::is_floating_point_v<T>, "polyattn: cache element type T must be a floating-point type");
+  static_assert(Variant::tokens_per_row >= 1, "polyattn: Variant::tokens_per_row must be >= 1");
+  static constexpr bool merges_tokens = Variant::tokens_per_row > 1;
 
  public:
   using variant_type = Variant;
@@ -90,10 +96,17 @@ class Attention {
   using Params = typename Variant::Params;
   using Rows = typename Variant::Rows;
 
-  /// Bytes of cache one token costs for this variant and element type, at compile time.
+  /// Bytes of cache one token costs for this variant and element type, at compile time (for a
+  /// variant that merges tokens: per row / tokens_per_row, as the variant rounds it).
   static constexpr std::size_t cache_bytes_per_token(AttentionShape shape) {
     return Variant::cache_elements_per_token(shape) * sizeof(T);
   }
+  /// Bytes of one cache row (= cache_bytes_per_token unless the variant merges tokens).
+  static constexpr std::size_t cache_bytes_per_row(AttentionShape shape) {
+    return cache_elements_per_row<Variant>(shape) * sizeof(T);
+  }
+  /// Cache rows that hold `tokens` tokens.
+  static constexpr int cache_rows_for(int tokens) { return (tokens + Variant::tokens_per_row - 1) / Variant::tokens_per_row; }
 
   static std::string name() { return Variant::name() + "/" + Layout::name() + "/" + Executor::name(); }
 
@@ -103,7 +116,8 @@ class Attention {
         params_(std::move(params)),
         spec_(Variant::attend_spec(shape_, params_)),
         store_(Variant::cache_tensors(shape_, params_), config),
-        executor_(threads) {}
+        executor_(threads),
+        tokens_(merges_tokens ? std::size_t(config.max_sequences) : 0, 0) {}
 
   const AttentionShape& shape() const { return shape_; }
   const Params& params() const { return params_; }
@@ -112,18 +126,32 @@ class Attention {
   Store& cache() { return store_; }
   Executor& executor() { return executor_; }
 
-  int open_sequence() { return store_.open(); }
+  int open_sequence() {
+    const int seq = store_.open();
+    if constexpr (merges_tokens) tokens_[std::size_t(seq)] = 0;
+    return seq;
+  }
   void close_sequence(int seq) { store_.close(seq); }
-  int length(int seq) const { return store_.length(seq); }
+  /// Tokens held by `seq`.
+  int length(int seq) const {
+    const int rows = store_.length(seq);  // throws SequenceError for a sequence that is not open
+    if constexpr (merges_tokens)
+      return tokens_[std::size_t(seq)];
+    else
+      return rows;
+  }
+  /// Cache rows held by `seq` (= length unless the variant merges tokens).
+  int cache_rows(int seq) const { return store_.length(seq); }
+  /// Cache rows per sequence.
   int capacity() const { return store_.capacity(); }
   std::size_t cache_bytes_allocated() const { return store_.bytes_allocated(); }
   /// Bytes of cache holding tokens of `seq` (what decode reads per step for it).
-  std::size_t cache_bytes_used(int seq) const { return std::size_t(length(seq)) * cache_bytes_per_token(shape_); }
+  std::size_t cache_bytes_used(int seq) const { return std::size_t(cache_rows(seq)) * cache_bytes_per_row(shape_); }
 
   void append(int seq, const Rows& rows) {
     Variant::check_rows(shape_, params_, rows);
     const int n = Variant::row_count(rows);
-    store_.check_room(seq, n);
+    check_room(seq, n);
     write(seq, rows, 0, n);
   }
 
@@ -141,7 +169,7 @@ class Attention {
     Variant::check_rows(shape_, params_, rows);
     require<ShapeError>(Variant::row_count(rows) == int(seqs.size()), "decode: ", seqs.size(), " sequences but ",
                         Variant::row_count(rows), " cache rows (one new token per sequence)");
-    for (int seq : seqs) store_.check_room(seq, 1);
+    for (int seq : seqs) check_room(seq, 1);
     jobs_.clear();
     for (std::size_t i = 0; i < seqs.size(); ++i) {
       write(seqs[i], rows, int(i), 1);
@@ -158,10 +186,20 @@ class Attention {
     Variant::check_rows(shape_, params_, rows);
     require<ShapeError>(Variant::row_count(rows) == n, "prefill: q has ", n, " rows but there are ", Variant::row_count(rows),
                         " cache rows");
-    store_.check_room(seq, n);
+    check_room(seq, n);
+    if constexpr (merges_tokens) {
+      if (mask == Mask::causal) {  // token by token: query i sees the row its token just updated
+        for (int i = 0; i < n; ++i) {
+          write(seq, rows, i, 1);
+          jobs_.assign(1, {seq, store_.length(seq), nullptr, nullptr});
+          run(q.middleRows(i, 1), out.middleRows(i, 1));
+        }
+        return;
+      }
+    }
     const int first = write(seq, rows, 0, n);
     jobs_.clear();
-    for (int i = 0; i < n; ++i) jobs_.push_back({seq, mask == Mask::causal ? first + i + 1 : first + n, nullptr, nullptr});
+    for (int i = 0; i < n; ++i) jobs_.push_back({seq, mask == Mask::causal ? first + i + 1 : store_.length(seq), nullptr, nullptr});
     run(q, out);
   }
 
@@ -171,8 +209,24 @@ class Attention {
     return shape;
   }
 
+  /// Cache rows that `n` more tokens of `seq` add.
+  int new_rows(int seq, int n) const { return cache_rows_for(length(seq) + n) - store_.length(seq); }
+
+  void check_room(int seq, int n) const {
+    require<ShapeError>(n >= 0, "cannot append a negative number of tokens (", n, ")");
+    if constexpr (merges_tokens)
+      require<CapacityError>(new_rows(seq, n) <= store_.capacity() - store_.length(seq), "sequence ", seq, " holds ", length(seq),
+                             " tokens in ", store_.length(seq), " of ", store_.capacity(), " cache rows (", Variant::tokens_per_row,
+                             " tokens per row); appending ", n, " tokens would overflow its capacity");
+    store_.check_room(seq, new_rows(seq, n));
+  }
+
+  /// Writes rows [first_row, first_row + n) as the next tokens of `seq`; returns the position of
+  /// the first one.
   int write(int seq, const Rows& rows, int first_row, int n) {
-    const int pos = store_.grow(seq, n);
+    const int pos = length(seq);
+    store_.grow(seq, new_rows(seq, n));
+    if constexpr (merges_tokens) tokens_[std::size_t(seq)] += n;
     Variant::write_rows(store_, seq, pos, shape_, params_, rows, first_row, n);
     return pos;
   }
@@ -207,6 +261,7 @@ class Attention {
   AttendSpec spec_;
   Store store_;
   Executor executor_;
+  std::vector<int> tokens_;  // per sequence slot, when the variant merges tokens
   std::vector<QueryJob> jobs_;
   AttendScratch<Variant> scratch_;  // for variants with query/output transforms or derived rows
 };

@@ -14,3 +14,5 @@
 #include "polyattn/variants/mha_gqa.hpp"
 #include "polyattn/variants/slim_k.hpp"
 #include "polyattn/variants/x_cache.hpp"
+#include "polyattn/variants/mla.hpp"
+#include "polyattn/variants/mtla.hpp"

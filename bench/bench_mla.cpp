@@ -1,0 +1,127 @@
+// Cache bytes per token and decode-step time for the latent variants against MHA/GQA/MQA, in one
+// run so ratios are comparable:
+//   MTLA-paper shape (8 heads x 64, d_model 512): Mha, Gqa<2>, Mqa, Mla (r = 4 d_h = 256, RoPE
+//   d_h / 2 = 32), Mtla with the same latent and s = 2, 3, 4;
+//   Whisper-small shape (12 heads x 64, d_model 768): Mha and Whisper-MLA (latent 96 + 48 kept
+//   key dims, i.e. 2 frequency pairs per head).
+// L = 1500, 4096, 16384 cached tokens, batch 1, 16, 64; CpuSimd with every core. One step is
+// `attend` over the whole cache (the per-token cache write is left out, as in bench_decode).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include <polyattn/polyattn.hpp>
+
+#include "support/decode_step.hpp"
+#include "support/read_bandwidth.hpp"
+
+namespace {
+
+using namespace polyattn;
+
+using MlaPaper = Mla<256, 32, MlaKeyPart::decoupled_rope>;
+using WhisperMla = Mla<96, 4, MlaKeyPart::preserved>;
+template <int S>
+using MtlaPaper = Mtla<256, S, 32>;
+
+RowMatrixXf uniform(Eigen::Index rows, Eigen::Index cols, std::mt19937& rng, float range = 1.f) {
+  std::uniform_real_distribution<float> dist(-range, range);
+  return RowMatrixXf::NullaryExpr(rows, cols, [&] { return dist(rng); });
+}
+
+/// Weights and one block of cache rows per variant family (values do not change the timing).
+template <class V>
+struct Inputs {  // MHA / GQA / MQA
+  static typename V::Params params(AttentionShape, std::mt19937&) { return {}; }
+  RowMatrixXf k, v;
+  Inputs(AttentionShape s, std::mt19937& rng)
+      : k(uniform(bench::kFillBlock, V::kv_heads(s) * s.head_dim, rng)), v(uniform(bench::kFillBlock, V::kv_heads(s) * s.head_dim, rng)) {}
+  typename V::Rows rows(int n) const { return {k.topRows(n), v.topRows(n)}; }
+};
+
+template <int R, int K, MlaKeyPart P>
+struct Inputs<Mla<R, K, P>> {
+  using V = Mla<R, K, P>;
+  static typename V::Params params(AttentionShape s, std::mt19937& rng) {
+    return {uniform(R, s.n_heads * V::nope_dim(s), rng, 0.1f), uniform(R, s.n_heads * s.head_dim, rng, 0.1f), {}, 0};
+  }
+  RowMatrixXf latent, part;
+  Inputs(AttentionShape s, std::mt19937& rng) : latent(uniform(bench::kFillBlock, R, rng)), part(uniform(bench::kFillBlock, V::key_part_width(s), rng)) {}
+  typename V::Rows rows(int n) const { return {latent.topRows(n), part.topRows(n)}; }
+};
+
+template <int R, int S, int D>
+struct Inputs<Mtla<R, S, D>> {
+  using V = Mtla<R, S, D>;
+  static typename V::Params params(AttentionShape s, std::mt19937& rng) {
+    typename V::Params p;
+    p.w_uk = uniform(R, s.n_heads * s.head_dim, rng, 0.1f);
+    p.w_uv = uniform(R, s.n_heads * s.head_dim, rng, 0.1f);
+    p.ln_gamma = Eigen::RowVectorXf::Ones(R);
+    p.ln_beta = Eigen::RowVectorXf::Zero(R);
+    p.pos_weight = uniform(R, V::hyper_dim, rng, 0.1f);
+    p.latent_weight = uniform(R, V::hyper_dim, rng, 0.1f);
+    p.pos_bias = p.latent_bias = Eigen::RowVectorXf::Zero(V::hyper_dim);
+    return p;
+  }
+  RowMatrixXf latent, rope;
+  Inputs(AttentionShape, std::mt19937& rng) : latent(uniform(bench::kFillBlock, R, rng)), rope(uniform(bench::kFillBlock, D, rng)) {}
+  typename V::Rows rows(int n) const { return {latent.topRows(n), rope.topRows(n)}; }
+};
+
+/// args: n_heads (head_dim 64), cached tokens L, batch.
+template <class Variant>
+void BM_LatentDecode(benchmark::State& state) {
+  const AttentionShape shape{int(state.range(0)), 64};
+  const int length = int(state.range(1)), batch = int(state.range(2));
+  using A = Attention<Variant, Nhd, exec::CpuSimd>;
+  std::mt19937 rng(42);
+  A attn(shape, {.max_sequences = batch, .capacity = A::cache_rows_for(length)}, Inputs<Variant>::params(shape, rng), 0);
+  std::vector<int> seqs;
+  for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
+  const Inputs<Variant> block(shape, rng);
+  bench::fill_cache(attn, seqs, length, [&](A& a, int seq, int n) { a.append(seq, block.rows(n)); });
+
+  const RowMatrixXf q = uniform(batch, Variant::query_width(shape), rng);
+  RowMatrixXf out(batch, Variant::output_width(shape));
+  bench::read_bandwidth();  // measured before timing starts
+  for (auto _ : state) {
+    attn.attend(seqs, q, out);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  std::size_t step_bytes = 0;
+  for (int seq : seqs) step_bytes += attn.cache_bytes_used(seq);
+  bench::report_bandwidth(state, A::cache_bytes_per_token(shape), step_bytes);
+  state.counters["cache_B_per_row"] = double(A::cache_bytes_per_row(shape));
+  state.SetLabel(A::name());
+}
+
+void Shapes(benchmark::internal::Benchmark* b, int heads) {
+  for (int length : {1500, 4096, 16384})
+    for (int batch : {1, 16, 64}) b->Args({heads, length, batch});
+  b->ArgNames({"heads", "L", "batch"})->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.1);
+}
+void PaperShape(benchmark::internal::Benchmark* b) { Shapes(b, 8); }
+void WhisperSmallShape(benchmark::internal::Benchmark* b) { Shapes(b, 12); }
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(bench::read_bandwidth());
+  state.counters["GB_per_s"] = bench::read_bandwidth() * 1e-9;
+}
+
+}  // namespace
+
+BENCHMARK(BM_ReadBandwidth)->Iterations(1);
+BENCHMARK(BM_LatentDecode<polyattn::Mha>)->Apply(PaperShape);
+BENCHMARK(BM_LatentDecode<polyattn::Gqa<2>>)->Apply(PaperShape);
+BENCHMARK(BM_LatentDecode<polyattn::Mqa>)->Apply(PaperShape);
+BENCHMARK(BM_LatentDecode<MlaPaper>)->Apply(PaperShape);
+BENCHMARK(BM_LatentDecode<MtlaPaper<2>>)->Apply(PaperShape);
+BENCHMARK(BM_LatentDecode<MtlaPaper<3>>)->Apply(PaperShape);
+BENCHMARK(BM_LatentDecode<MtlaPaper<4>>)->Apply(PaperShape);
+BENCHMARK(BM_LatentDecode<polyattn::Mha>)->Apply(WhisperSmallShape);
+BENCHMARK(BM_LatentDecode<WhisperMla>)->Apply(WhisperSmallShape);
+
+BENCHMARK_MAIN();

@@ -1,0 +1,334 @@
+// Whisper-MLA conversion (MHA2MLA adapted to absolute positions): pretrained MHA self-attention
+// weights -> Mla<Rank, KeptDims, MlaKeyPart::preserved> weights. Offline, in double.
+//
+//   1. Per head, keep `kept_pairs` frequency pairs (dims 2k, 2k+1) of the key uncompressed:
+//        uniform:  pairs floor(k * (head_dim/2) / kept_pairs), k < kept_pairs   (paper eq. 1)
+//        two_norm: the kept_pairs pairs with the largest E||q^[2k,2k+1]|| * E||k^[2k,2k+1]||
+//                  over the caller's calibration inputs (paper eq. 2; means over tokens, ties
+//                  to the lower pair)
+//   2. Permute each head's query and key columns, the same way, to [compressed | kept] (a
+//      permutation inside a head leaves q.k unchanged; one across heads would not).
+//   3. Joint SVD of [W_kc, W_v] = U S Vᵀ (d_model x (n_heads (head_dim - kept) + n_heads head_dim))
+//      truncated to `latent_rank` = d_kv, shared by all heads: W_dkv = U_r S_r^a,
+//      [W_uk, W_uv] = S_r^(1-a) V_rᵀ, W_uk being the first n_heads (head_dim - kept) columns (the
+//      K block comes first in the concatenation; eq. 4 of the Whisper-MLA paper indexes the two
+//      blocks the other way round). Two Sigma splits:
+//        SigmaSplit::symmetric  a = 1/2  (paper eq. 4): latent and up-projections equally scaled
+//        SigmaSplit::into_up    a = 0    : W_dkv = U_r is orthonormal, the latent is a rotation of
+//                                          x (same scale as x) and all of S goes to W_uk, W_uv
+//      The product, hence the attention, is the same; they differ in the scale of the cached
+//      latent (which matters for low-precision caches) and of the up-projections.
+// The value bias moves behind attention (softmax weights sum to 1): Mla adds it in finish_outputs.
+// A key bias would be constant across keys for a given query and cancels; Whisper has none.
+//
+// `measure_conversion` reports, on calibration inputs, the relative Frobenius error of K, V,
+// [K V] and of the causal attention output, plus the weight-space error of the truncation.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+#include <Eigen/SVD>
+
+#include "polyattn/core/error.hpp"
+#include "polyattn/core/matrix.hpp"
+#include "polyattn/variants/mla.hpp"
+
+namespace polyattn::convert {
+
+enum class KeepSelection { uniform, two_norm };
+enum class SigmaSplit { symmetric, into_up };
+
+/// Pretrained MHA self-attention, x·W convention: q = x w_q + b_q, k = x w_k, v = x w_v + b_v.
+struct MhaWeights {
+  int n_heads = 0;
+  int head_dim = 0;
+  Eigen::MatrixXd w_q, w_k, w_v;  ///< (d_model, n_heads * head_dim), heads adjacent
+  Eigen::RowVectorXd b_q, b_v;    ///< empty or (n_heads * head_dim)
+
+  int model_dim() const { return int(w_q.rows()); }
+  int width() const { return n_heads * head_dim; }
+};
+
+/// The converted layer. Queries: q' = x w_q + b_q (columns permuted within heads); cache rows:
+/// latent = x w_dkv, key_part = x w_kp; Mla params: w_uk, w_uv, b_v.
+struct WhisperMlaWeights {
+  int n_heads = 0, head_dim = 0, kept_dims = 0, latent_rank = 0;
+  std::vector<std::vector<int>> kept_pairs;  ///< per head, ascending pair indices
+  std::vector<int> permutation;              ///< column c of q'/k' is column permutation[c] of q/k
+  Eigen::MatrixXd w_q;                       ///< (d_model, n_heads * head_dim), permuted
+  Eigen::RowVectorXd b_q;                    ///< empty or permuted
+  Eigen::MatrixXd w_dkv;                     ///< (d_model, latent_rank)
+  Eigen::MatrixXd w_kp;                      ///< (d_model, n_heads * kept_dims)
+  Eigen::MatrixXd w_uk;                      ///< (latent_rank, n_heads * (head_dim - kept_dims))
+  Eigen::MatrixXd w_uv;                      ///< (latent_rank, n_heads * head_dim)
+  Eigen::RowVectorXd b_v;                    ///< empty or (n_heads * head_dim)
+
+  RowMatrixXf queries(const Eigen::MatrixXd& x) const { return with_bias(x * w_q, b_q); }
+  RowMatrixXf latent(const Eigen::MatrixXd& x) const { return (x * w_dkv).cast<float>(); }
+  RowMatrixXf key_part(const Eigen::MatrixXd& x) const { return (x * w_kp).cast<float>(); }
+
+  /// Params for the matching Mla policy (Rank and KeyPartDim must be what was converted).
+  template <class MlaVariant>
+  typename MlaVariant::Params mla_params() const {
+    static_assert(MlaVariant::key_part == MlaKeyPart::preserved, "polyattn: Whisper-MLA weights need an Mla<..., MlaKeyPart::preserved>");
+    require<ShapeError>(MlaVariant::rank == latent_rank && MlaVariant::key_part_dim == kept_dims, "whisper_mla: weights have latent rank ",
+                        latent_rank, " and ", kept_dims, " kept dims per head, but the policy is ", MlaVariant::name());
+    typename MlaVariant::Params p;
+    p.w_uk = w_uk.cast<float>();
+    p.w_uv = w_uv.cast<float>();
+    if (b_v.size() > 0) p.value_bias = b_v.cast<float>();
+    return p;
+  }
+
+ private:
+  static RowMatrixXf with_bias(const Eigen::MatrixXd& m, const Eigen::RowVectorXd& b) {
+    if (b.size() == 0) return m.cast<float>();
+    return (m.rowwise() + b).cast<float>();
+  }
+};
+
+namespace detail {
+
+inline void check_mha(const MhaWeights& w) {
+  require<ShapeError>(w.n_heads >= 1 && w.head_dim >= 2 && w.head_dim % 2 == 0, "whisper_mla: need n_heads >= 1 and an even head_dim >= 2, got ",
+                      w.n_heads, " and ", w.head_dim);
+  const auto check = [&](const Eigen::MatrixXd& m, const char* name) {
+    require<ShapeError>(m.rows() == w.model_dim() && m.cols() == w.width(), "whisper_mla: ", name, " is (", m.rows(), ", ", m.cols(),
+                        "), expected (d_model, n_heads * head_dim) = (", w.model_dim(), ", ", w.width(), ")");
+  };
+  require<ShapeError>(w.model_dim() >= 1, "whisper_mla: w_q has no rows (d_model = 0)");
+  check(w.w_q, "w_q");
+  check(w.w_k, "w_k");
+  check(w.w_v, "w_v");
+  require<ShapeError>(w.b_q.size() == 0 || w.b_q.size() == w.width(), "whisper_mla: b_q has ", w.b_q.size(), " entries, expected 0 or ",
+                      w.width());
+  require<ShapeError>(w.b_v.size() == 0 || w.b_v.size() == w.width(), "whisper_mla: b_v has ", w.b_v.size(), " entries, expected 0 or ",
+                      w.width());
+}
+
+inline void check_calibration(const MhaWeights& w, const Eigen::MatrixXd& x) {
+  require<ShapeError>(x.rows() >= 1, "whisper_mla: calibration inputs are empty; give (tokens, d_model) rows");
+  require<ShapeError>(x.cols() == w.model_dim(), "whisper_mla: calibration inputs have ", x.cols(), " columns, expected d_model = ",
+                      w.model_dim());
+}
+
+inline Eigen::MatrixXd add_bias(Eigen::MatrixXd m, const Eigen::RowVectorXd& b) {
+  if (b.size() > 0) m.rowwise() += b;
+  return m;
+}
+
+inline Eigen::MatrixXd permute_columns(const Eigen::MatrixXd& m, const std::vector<int>& perm) {
+  Eigen::MatrixXd out(m.rows(), Eigen::Index(perm.size()));
+  for (std::size_t c = 0; c < perm.size(); ++c) out.col(Eigen::Index(c)) = m.col(perm[c]);
+  return out;
+}
+
+}  // namespace detail
+
+/// Which key pairs each head keeps (ascending pair indices per head). `calibration`
+/// (tokens, d_model) is read by two_norm only.
+inline std::vector<std::vector<int>> select_kept_pairs(const MhaWeights& w, int kept_pairs, KeepSelection how,
+                                                       const Eigen::MatrixXd& calibration = {}) {
+  detail::check_mha(w);
+  const int pairs = w.head_dim / 2;
+  require<ShapeError>(kept_pairs >= 0 && kept_pairs <= pairs, "whisper_mla: kept_pairs = ", kept_pairs, " is out of range [0, head_dim / 2 = ",
+                      pairs, "]");
+  std::vector<std::vector<int>> kept(static_cast<std::size_t>(w.n_heads));
+  if (how == KeepSelection::uniform) {
+    for (auto& head : kept)
+      for (int k = 0; k < kept_pairs; ++k) head.push_back(int((long(k) * pairs) / kept_pairs));
+    return kept;
+  }
+  detail::check_calibration(w, calibration);
+  const Eigen::MatrixXd q = detail::add_bias(calibration * w.w_q, w.b_q), k = calibration * w.w_k;
+  for (int h = 0; h < w.n_heads; ++h) {
+    std::vector<double> score(static_cast<std::size_t>(pairs));
+    for (int p = 0; p < pairs; ++p) {
+      const int c = h * w.head_dim + 2 * p;
+      score[std::size_t(p)] = q.middleCols(c, 2).rowwise().norm().mean() * k.middleCols(c, 2).rowwise().norm().mean();
+    }
+    std::vector<int> order(static_cast<std::size_t>(pairs));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[std::size_t(a)] > score[std::size_t(b)]; });
+    auto& head = kept[std::size_t(h)];
+    head.assign(order.begin(), order.begin() + kept_pairs);
+    std::sort(head.begin(), head.end());
+  }
+  return kept;
+}
+
+/// Kept pairs, per-head permutation and the full joint SVD; truncate() gives any rank cheaply.
+class WhisperMlaDecomposition {
+ public:
+  WhisperMlaDecomposition(const MhaWeights& w, std::vector<std::vector<int>> kept) : mha_(w), kept_(std::move(kept)) {
+    detail::check_mha(w);
+    require<ShapeError>(int(kept_.size()) == w.n_heads, "whisper_mla: ", kept_.size(), " kept-pair lists for ", w.n_heads, " heads");
+    const int pairs = w.head_dim / 2;
+    kept_dims_ = 2 * int(kept_.front().size());
+    for (std::size_t h = 0; h < kept_.size(); ++h) {
+      auto sorted = kept_[h];
+      std::sort(sorted.begin(), sorted.end());
+      require<ShapeError>(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), "whisper_mla: head ", h, " keeps a pair twice");
+      require<ShapeError>(2 * int(sorted.size()) == kept_dims_, "whisper_mla: every head must keep the same number of pairs; head ", h,
+                          " keeps ", sorted.size(), ", head 0 keeps ", kept_dims_ / 2);
+      for (int p : sorted)
+        require<ShapeError>(p >= 0 && p < pairs, "whisper_mla: head ", h, " keeps pair ", p, ", out of range [0, ", pairs, ")");
+      kept_[h] = sorted;
+    }
+    // Per head: compressed dims ascending, then the kept pairs' dims.
+    for (int h = 0; h < w.n_heads; ++h) {
+      std::vector<bool> is_kept(static_cast<std::size_t>(w.head_dim), false);
+      for (int p : kept_[std::size_t(h)]) is_kept[std::size_t(2 * p)] = is_kept[std::size_t(2 * p + 1)] = true;
+      for (int d = 0; d < w.head_dim; ++d)
+        if (!is_kept[std::size_t(d)]) perm_.push_back(h * w.head_dim + d);
+      for (int p : kept_[std::size_t(h)]) {
+        perm_.push_back(h * w.head_dim + 2 * p);
+        perm_.push_back(h * w.head_dim + 2 * p + 1);
+      }
+    }
+    const int nope = w.head_dim - kept_dims_;
+    const Eigen::MatrixXd k_perm = detail::permute_columns(w.w_k, perm_);
+    Eigen::MatrixXd joint(w.model_dim(), w.n_heads * nope + w.width());
+    w_kp_.resize(w.model_dim(), w.n_heads * kept_dims_);
+    for (int h = 0; h < w.n_heads; ++h) {
+      joint.middleCols(h * nope, nope) = k_perm.middleCols(h * w.head_dim, nope);
+      w_kp_.middleCols(h * kept_dims_, kept_dims_) = k_perm.middleCols(h * w.head_dim + nope, kept_dims_);
+    }
+    joint.rightCols(w.width()) = w.w_v;
+    joint_norm_ = joint.norm();
+    svd_.compute(joint, Eigen::ComputeThinU | Eigen::ComputeThinV);
+  }
+
+  /// Largest latent rank: min(d_model, n_heads * (2 head_dim - kept_dims)).
+  int max_rank() const { return int(svd_.singularValues().size()); }
+  int kept_dims() const { return kept_dims_; }
+  const Eigen::VectorXd& singular_values() const { return svd_.singularValues(); }
+
+  /// ||[W_kc W_v] - rank-r truncation||_F / ||[W_kc W_v]||_F.
+  double weight_error(int rank) const {
+    check_rank(rank);
+    const auto& s = svd_.singularValues();
+    return joint_norm_ > 0 ? std::sqrt(s.tail(s.size() - rank).squaredNorm()) / joint_norm_ : 0.0;
+  }
+
+  WhisperMlaWeights truncate(int rank, SigmaSplit split = SigmaSplit::symmetric) const {
+    check_rank(rank);
+    const MhaWeights& w = mha_;
+    const int nope = w.head_dim - kept_dims_;
+    WhisperMlaWeights out;
+    out.n_heads = w.n_heads;
+    out.head_dim = w.head_dim;
+    out.kept_dims = kept_dims_;
+    out.latent_rank = rank;
+    out.kept_pairs = kept_;
+    out.permutation = perm_;
+    out.w_q = detail::permute_columns(w.w_q, perm_);
+    if (w.b_q.size() > 0) {
+      out.b_q.resize(w.width());
+      for (int c = 0; c < w.width(); ++c) out.b_q[c] = w.b_q[perm_[std::size_t(c)]];
+    }
+    const Eigen::VectorXd s = svd_.singularValues().head(rank);
+    const Eigen::VectorXd down = split == SigmaSplit::symmetric ? Eigen::VectorXd(s.cwiseSqrt()) : Eigen::VectorXd::Ones(rank);
+    const Eigen::VectorXd up = split == SigmaSplit::symmetric ? Eigen::VectorXd(s.cwiseSqrt()) : s;
+    out.w_dkv = svd_.matrixU().leftCols(rank) * down.asDiagonal();
+    const Eigen::MatrixXd w_up = up.asDiagonal() * svd_.matrixV().leftCols(rank).transpose();  // (rank, K cols | V cols)
+    out.w_uk = w_up.leftCols(w.n_heads * nope);
+    out.w_uv = w_up.rightCols(w.width());
+    out.w_kp = w_kp_;
+    out.b_v = w.b_v;
+    return out;
+  }
+
+ private:
+  void check_rank(int rank) const {
+    require<ShapeError>(rank >= 1 && rank <= max_rank(), "whisper_mla: latent rank ", rank, " is out of range [1, ", max_rank(),
+                        "] (min(d_model, n_heads * (2 * head_dim - kept_dims)))");
+  }
+
+  MhaWeights mha_;
+  std::vector<std::vector<int>> kept_;
+  int kept_dims_ = 0;
+  std::vector<int> perm_;
+  Eigen::MatrixXd w_kp_;
+  double joint_norm_ = 0;
+  Eigen::BDCSVD<Eigen::MatrixXd> svd_;
+};
+
+struct WhisperMlaOptions {
+  int kept_pairs = 2;  ///< frequency pairs per head kept uncompressed (Whisper-small in the paper: 2, i.e. 48 of 768 dims)
+  int latent_rank = 96;
+  KeepSelection selection = KeepSelection::uniform;
+  SigmaSplit split = SigmaSplit::symmetric;
+};
+
+/// One-shot conversion; `calibration` (tokens, d_model) is needed for two_norm selection only.
+inline WhisperMlaWeights convert_whisper_mla(const MhaWeights& w, const WhisperMlaOptions& o, const Eigen::MatrixXd& calibration = {}) {
+  return WhisperMlaDecomposition(w, select_kept_pairs(w, o.kept_pairs, o.selection, calibration)).truncate(o.latent_rank, o.split);
+}
+
+/// Relative Frobenius errors of a conversion on calibration inputs.
+struct ConversionError {
+  int rank = 0;
+  double key = 0;     ///< ||K^ - K|| / ||K||   (K^ un-permuted; kept dims are exact)
+  double value = 0;   ///< ||V^ - V|| / ||V||
+  double kv = 0;      ///< joint: sqrt(||dK||^2 + ||dV||^2) / sqrt(||K||^2 + ||V||^2); never rises with rank
+  double output = 0;  ///< causal self-attention output over the calibration sequence, all heads
+};
+
+namespace detail {
+/// Causal softmax attention per head in double: q, k (T, n_heads * dk), v (T, n_heads * dv).
+inline Eigen::MatrixXd causal_attention(const Eigen::MatrixXd& q, const Eigen::MatrixXd& k, const Eigen::MatrixXd& v, int n_heads) {
+  const int T = int(q.rows()), dk = int(q.cols()) / n_heads, dv = int(v.cols()) / n_heads;
+  Eigen::MatrixXd out(T, n_heads * dv);
+  for (int h = 0; h < n_heads; ++h) {
+    Eigen::MatrixXd s = q.middleCols(h * dk, dk) * k.middleCols(h * dk, dk).transpose() / std::sqrt(double(dk));
+    for (int i = 0; i < T; ++i) {
+      const double top = s.row(i).head(i + 1).maxCoeff();
+      s.row(i).head(i + 1) = (s.row(i).head(i + 1).array() - top).exp().matrix();
+      s.row(i).head(i + 1) /= s.row(i).head(i + 1).sum();
+      s.row(i).tail(T - i - 1).setZero();
+    }
+    out.middleCols(h * dv, dv) = s * v.middleCols(h * dv, dv);
+  }
+  return out;
+}
+}  // namespace detail
+
+inline ConversionError measure_conversion(const MhaWeights& w, const WhisperMlaWeights& c, const Eigen::MatrixXd& calibration) {
+  detail::check_mha(w);
+  detail::check_calibration(w, calibration);
+  require<ShapeError>(c.n_heads == w.n_heads && c.head_dim == w.head_dim && int(c.permutation.size()) == w.width(),
+                      "whisper_mla: converted weights are for ", c.n_heads, " heads of ", c.head_dim, ", the MHA layer has ", w.n_heads,
+                      " of ", w.head_dim);
+  const Eigen::MatrixXd& x = calibration;
+  const int nope = w.head_dim - c.kept_dims;
+  const Eigen::MatrixXd q = detail::add_bias(x * w.w_q, w.b_q), k = x * w.w_k, v = detail::add_bias(x * w.w_v, w.b_v);
+  // Converted keys in the permuted order, then back in the original order.
+  const Eigen::MatrixXd lat = x * c.w_dkv, kp = x * c.w_kp;
+  Eigen::MatrixXd k_perm(x.rows(), w.width());
+  for (int h = 0; h < w.n_heads; ++h) {
+    k_perm.middleCols(h * w.head_dim, nope) = lat * c.w_uk.middleCols(h * nope, nope);
+    k_perm.middleCols(h * w.head_dim + nope, c.kept_dims) = kp.middleCols(h * c.kept_dims, c.kept_dims);
+  }
+  Eigen::MatrixXd k_hat(x.rows(), w.width());
+  for (int col = 0; col < w.width(); ++col) k_hat.col(c.permutation[std::size_t(col)]) = k_perm.col(col);
+  const Eigen::MatrixXd v_hat = detail::add_bias(lat * c.w_uv, c.b_v);
+  const Eigen::MatrixXd q_perm = detail::add_bias(x * c.w_q, c.b_q);
+
+  ConversionError e;
+  e.rank = c.latent_rank;
+  const double dk2 = (k_hat - k).squaredNorm(), dv2 = (v_hat - v).squaredNorm();
+  e.key = std::sqrt(dk2 / k.squaredNorm());
+  e.value = std::sqrt(dv2 / v.squaredNorm());
+  e.kv = std::sqrt((dk2 + dv2) / (k.squaredNorm() + v.squaredNorm()));
+  const Eigen::MatrixXd out = detail::causal_attention(q, k, v, w.n_heads);
+  e.output = (detail::causal_attention(q_perm, k_perm, v_hat, w.n_heads) - out).norm() / out.norm();
+  return e;
+}
+
+}  // namespace polyattn::convert

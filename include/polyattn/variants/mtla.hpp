@@ -1,0 +1,238 @@
+// Mtla<Rank, Stride, RopeDim>: multi-head temporal latent attention (Deng & Woodland, MTLA).
+// MLA in its DeepSeek form (latent of Rank + one decoupled RoPE key of RopeDim, absorbed decode,
+// see latent_absorption.hpp) whose cache is also compressed in time: Stride consecutive tokens
+// share one cache row ("slot").
+//
+// Token i (0-based) with latent c_i = LayerNorm(x_i W_r) (LayerNorm over Rank, affine) and slot
+// j = i / Stride:
+//   w_i = sigmoid( <Lin_p(PE(j)), Lin_c(c_i)> )       Lin_*: Rank -> Rank/4 with bias, PE
+//                                                      sinusoidal of width Rank (interleaved)
+//   i % Stride == 0: open slot j:   c^_j  = w_i c_i
+//   otherwise:       accumulate:    c^_j += w_i c_i
+//   the slot's RoPE key is always the newest token's: k^R_j = k^R_i
+// A query at token i sees every full slot before j and slot j as it is after token i (partly
+// merged unless i closes it). `parallel_attention` is the training/prefill form: C' = (W o M) C
+// with W = sigmoid(Lin_p(PE_rep) Lin_c(C)ᵀ) (T x T) and the chunk mask M, then attention over T
+// keys under the stride-aware causal mask (key n visible from query m iff n == m, or n < m and
+// (n + 1) % Stride == 0). The two agree for every Stride, 1 included (the reference code tests
+// `T % s != 1` with a 1-based T to decide "accumulate", which never opens a slot when s = 1).
+//
+// Reference-code names: its HyperNetwork applies `fc_c` to PE and `fc_p` to the latent, the
+// other way round from the letters here; pos_weight = fc_c.weightᵀ, latent_weight = fc_p.weightᵀ.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "polyattn/core/error.hpp"
+#include "polyattn/core/matrix.hpp"
+#include "polyattn/variants/latent_absorption.hpp"
+#include "polyattn/variants/variant.hpp"
+
+namespace polyattn {
+
+template <int Rank, int Stride, int RopeDim>
+struct Mtla : VariantBase {
+  static_assert(Stride >= 1, "polyattn: Mtla<Rank, Stride, RopeDim> needs Stride >= 1");
+  static_assert(Rank % 4 == 0, "polyattn: Mtla's hyper-network has Rank / 4 hidden units: Rank must be a multiple of 4");
+  using Absorb = detail::LatentAbsorption<Rank, RopeDim, MlaKeyPart::decoupled_rope>;
+  static constexpr int rank = Rank;
+  static constexpr int stride = Stride;
+  static constexpr int rope_dim = RopeDim;
+  static constexpr int hyper_dim = Rank / 4;
+  static constexpr int tokens_per_row = Stride;
+  static constexpr bool transforms_queries = true;
+  static constexpr bool transforms_outputs = true;
+
+  /// Weights in the x·W convention (a torch Linear weight is the transpose).
+  struct Params {
+    RowMatrixXf w_uk;  ///< (Rank, n_heads * head_dim): head h's key (no RoPE part) = c w_uk[:, h*head_dim, +head_dim)
+    RowMatrixXf w_uv;  ///< (Rank, n_heads * head_dim): head h's value
+    float scale = 0;   ///< softmax scale; 0 = 1/sqrt(head_dim + RopeDim), the pre-absorption q.k width
+    Eigen::RowVectorXf ln_gamma, ln_beta;  ///< (Rank): LayerNorm of the latent
+    float ln_eps = 1e-5f;
+    RowMatrixXf pos_weight;                ///< (Rank, Rank/4): Lin_p, applied to PE(slot)
+    Eigen::RowVectorXf pos_bias;           ///< (Rank/4)
+    RowMatrixXf latent_weight;             ///< (Rank, Rank/4): Lin_c, applied to the normalised latent
+    Eigen::RowVectorXf latent_bias;        ///< (Rank/4)
+  };
+  /// latent (tokens, Rank) = x W_r before LayerNorm; rope_key (tokens, RopeDim) with RoPE applied
+  /// at the token's own position.
+  struct Rows {
+    ConstMatrixRef latent;
+    ConstMatrixRef rope_key;
+  };
+
+  static std::string name() {
+    return "mtla_r" + std::to_string(Rank) + "_s" + std::to_string(Stride) + "_rope" + std::to_string(RopeDim);
+  }
+
+  static constexpr int query_head_dim(AttentionShape s) { return Absorb::query_head_dim(s); }
+
+  /// One slot: [c^ (Rank) | k^R (RopeDim)].
+  static constexpr std::size_t cache_elements_per_row(AttentionShape) { return std::size_t(Rank + RopeDim); }
+  /// Average per token, rounded up (exact when Stride divides Rank + RopeDim).
+  static constexpr std::size_t cache_elements_per_token(AttentionShape s) {
+    return (cache_elements_per_row(s) + Stride - 1) / Stride;
+  }
+
+  static std::vector<TensorSpec> cache_tensors(AttentionShape, const Params&) { return {TensorSpec{1, Rank + RopeDim}}; }
+
+  static void validate(AttentionShape s, const Params& p) {
+    Absorb::validate_shape(name(), s);
+    Absorb::validate_weights(name(), s, p.w_uk, p.w_uv, Eigen::RowVectorXf(), p.scale);
+    const auto vec = [&](const Eigen::RowVectorXf& v, int n, const char* what) {
+      require<ShapeError>(v.size() == n, name(), ": ", what, " has ", v.size(), " entries, expected ", n);
+    };
+    const auto mat = [&](const RowMatrixXf& m, const char* what) {
+      require<ShapeError>(m.rows() == Rank && m.cols() == hyper_dim, name(), ": ", what, " is (", m.rows(), ", ", m.cols(),
+                          "), expected (Rank, Rank / 4) = (", Rank, ", ", hyper_dim, ")");
+    };
+    vec(p.ln_gamma, Rank, "ln_gamma");
+    vec(p.ln_beta, Rank, "ln_beta");
+    require<ShapeError>(std::isfinite(p.ln_eps) && p.ln_eps > 0, name(), ": ln_eps must be > 0, got ", p.ln_eps);
+    mat(p.pos_weight, "pos_weight");
+    vec(p.pos_bias, hyper_dim, "pos_bias");
+    mat(p.latent_weight, "latent_weight");
+    vec(p.latent_bias, hyper_dim, "latent_bias");
+  }
+
+  static AttendSpec attend_spec(AttentionShape s, const Params& p) { return Absorb::attend_spec(s, p.scale); }
+
+  static constexpr int query_width(AttentionShape s) { return s.n_heads * query_head_dim(s); }
+  static constexpr int output_width(AttentionShape s) { return s.n_heads * s.head_dim; }
+
+  static int row_count(const Rows& r) { return int(r.latent.rows()); }
+
+  static void check_rows(AttentionShape, const Params&, const Rows& r) {
+    require<ShapeError>(r.latent.cols() == Rank, name(), ": latent has ", r.latent.cols(), " columns, expected Rank = ", Rank);
+    require<ShapeError>(r.rope_key.cols() == RopeDim, name(), ": rope_key has ", r.rope_key.cols(), " columns, expected RopeDim = ",
+                        RopeDim);
+    require<ShapeError>(r.rope_key.rows() == r.latent.rows(), name(), ": latent has ", r.latent.rows(), " rows but rope_key has ",
+                        r.rope_key.rows());
+  }
+
+  // ---- the pieces of the merge, in any scalar type ------------------------------------------
+
+  template <class Scalar>
+  using Vec = Eigen::Matrix<Scalar, 1, Eigen::Dynamic>;
+
+  /// LayerNorm over the Rank entries of one latent row (biased variance, as torch).
+  template <class Scalar>
+  static Vec<Scalar> layer_norm(const Params& p, const Eigen::Ref<const Eigen::RowVectorXf>& c) {
+    const Vec<Scalar> x = c.template cast<Scalar>();
+    const Scalar mean = x.mean();
+    const Scalar var = (x.array() - mean).square().mean();
+    const Scalar inv = Scalar(1) / std::sqrt(var + Scalar(p.ln_eps));
+    return ((x.array() - mean) * inv * p.ln_gamma.template cast<Scalar>().array() + p.ln_beta.template cast<Scalar>().array())
+        .matrix();
+  }
+
+  /// PE(j), width Rank: [2k] = sin(j / 10000^(2k/Rank)), [2k+1] = cos(same).
+  template <class Scalar>
+  static Vec<Scalar> positional_encoding(int slot) {
+    Vec<Scalar> pe(Rank);
+    for (int k = 0; k < Rank / 2; ++k) {
+      const Scalar angle = Scalar(slot) * std::exp(Scalar(2 * k) * (-std::log(Scalar(10000)) / Scalar(Rank)));
+      pe[2 * k] = std::sin(angle);
+      pe[2 * k + 1] = std::cos(angle);
+    }
+    return pe;
+  }
+
+  /// w_i for a normalised latent merged into slot `slot`.
+  template <class Scalar>
+  static Scalar merge_weight(const Params& p, const Vec<Scalar>& c_norm, int slot) {
+    const Vec<Scalar> hp = positional_encoding<Scalar>(slot) * p.pos_weight.template cast<Scalar>() + p.pos_bias.template cast<Scalar>();
+    const Vec<Scalar> hc = c_norm * p.latent_weight.template cast<Scalar>() + p.latent_bias.template cast<Scalar>();
+    return Scalar(1) / (Scalar(1) + std::exp(-hp.dot(hc)));
+  }
+
+  // ---- incremental cache update --------------------------------------------------------------
+
+  /// Merges tokens pos, pos + 1, ... (rows [first_row, first_row + n)) into their slots; the
+  /// slots exist (Attention grew the store to ceil((pos + n) / Stride) rows). The hyper-network
+  /// runs once for the block (in double): Lin_c over the n latents, Lin_p over the slots touched.
+  template <class Store>
+  static void write_rows(Store& store, int seq, int pos, AttentionShape, const Params& p, const Rows& r, int first_row, int n) {
+    if (n <= 0) return;
+    using Mat = RowMatrix<double>;
+    const int first_slot = pos / Stride, slots = (pos + n - 1) / Stride - first_slot + 1;
+    Mat c(n, Rank), pe(slots, Rank);
+    for (int i = 0; i < n; ++i) c.row(i) = layer_norm<double>(p, r.latent.row(first_row + i));
+    for (int j = 0; j < slots; ++j) pe.row(j) = positional_encoding<double>(first_slot + j);
+    const Mat hc = (c * p.latent_weight.template cast<double>()).rowwise() + p.latent_bias.template cast<double>();
+    const Mat hp = (pe * p.pos_weight.template cast<double>()).rowwise() + p.pos_bias.template cast<double>();
+    for (int i = 0; i < n; ++i) {
+      const int token = pos + i, slot = token / Stride;
+      const double w = 1.0 / (1.0 + std::exp(-hp.row(slot - first_slot).dot(hc.row(i))));
+      auto* row = store.row(0, seq, slot, 0);
+      using T = std::remove_cvref_t<decltype(*row)>;
+      if (token % Stride == 0)
+        for (int k = 0; k < Rank; ++k) row[k] = T(w * c(i, k));
+      else
+        for (int k = 0; k < Rank; ++k) row[k] = T(double(row[k]) + w * c(i, k));
+      Absorb::store_values(row + Rank, r.rope_key.row(first_row + i).data(), RopeDim);
+    }
+  }
+
+  static void prepare_queries(AttentionShape s, const Params& p, ConstMatrixRef q, RowMatrixXf& absorbed) {
+    Absorb::prepare_queries(s, p.w_uk, q, absorbed);
+  }
+  static void finish_outputs(AttentionShape s, const Params& p, const RowMatrixXf& attended, MatrixRef out) {
+    Absorb::finish_outputs(s, p.w_uv, Eigen::RowVectorXf(), attended, out);
+  }
+
+  // ---- the parallel (training / prefill) path -------------------------------------------------
+
+  /// Causal self-attention of T tokens, all at once, as the paper trains it: q (T, query_width),
+  /// rows for the same T tokens (positions 0..T-1); returns (T, n_heads * head_dim). O(T^2 Rank).
+  template <class Scalar = double>
+  static RowMatrix<Scalar> parallel_attention(AttentionShape s, const Params& p, ConstMatrixRef q, const Rows& r) {
+    using Mat = RowMatrix<Scalar>;
+    validate(s, p);
+    check_rows(s, p, r);
+    const int T = int(r.latent.rows()), d = s.head_dim, qd = query_head_dim(s);
+    require<ShapeError>(q.rows() == T && q.cols() == query_width(s), name(), ": q is (", q.rows(), ", ", q.cols(), "), expected (",
+                        T, ", ", query_width(s), ")");
+    Mat c(T, Rank), pe(T, Rank);
+    for (int t = 0; t < T; ++t) {
+      c.row(t) = layer_norm<Scalar>(p, r.latent.row(t));
+      pe.row(t) = positional_encoding<Scalar>(t / Stride);  // PE of the slot, repeated Stride times
+    }
+    const Mat hp = (pe * p.pos_weight.template cast<Scalar>()).rowwise() + p.pos_bias.template cast<Scalar>();
+    const Mat hc = (c * p.latent_weight.template cast<Scalar>()).rowwise() + p.latent_bias.template cast<Scalar>();
+    Mat w = (hp * hc.transpose()).unaryExpr([](Scalar x) { return Scalar(1) / (Scalar(1) + std::exp(-x)); });  // (T, T)
+    for (int m = 0; m < T; ++m)
+      for (int n = 0; n < T; ++n)
+        if (!(m / Stride == n / Stride && n <= m)) w(m, n) = Scalar(0);  // chunk mask
+    const Mat c_merged = w * c;                                         // C': row m = slot m/Stride after token m
+    const Mat k_rope = r.rope_key.template cast<Scalar>();
+    const Mat qs = q.template cast<Scalar>();
+    const Mat w_uk = p.w_uk.template cast<Scalar>(), w_uv = p.w_uv.template cast<Scalar>();
+    const Scalar scale = Scalar(Absorb::softmax_scale(s, p.scale));
+    Mat out(T, s.n_heads * d);
+    for (int h = 0; h < s.n_heads; ++h) {
+      const Mat q_lat = qs.middleCols(h * qd, d) * w_uk.middleCols(h * d, d).transpose();
+      Mat scores = (q_lat * c_merged.transpose() + qs.middleCols(h * qd + d, RopeDim) * k_rope.transpose()) * scale;
+      for (int m = 0; m < T; ++m) {
+        Scalar top = -std::numeric_limits<Scalar>::infinity();
+        for (int n = 0; n < T; ++n) {
+          if (!(n == m || (n < m && (n + 1) % Stride == 0))) scores(m, n) = -std::numeric_limits<Scalar>::infinity();
+          top = std::max(top, scores(m, n));
+        }
+        scores.row(m) = (scores.row(m).array() - top).exp().matrix();
+        scores.row(m) /= scores.row(m).sum();
+      }
+      out.middleCols(h * d, d) = (scores * c_merged) * w_uv.middleCols(h * d, d);
+    }
+    return out;
+  }
+};
+
+}  // namespace polyattn
