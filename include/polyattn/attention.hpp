@@ -85,6 +85,11 @@ class Attention {
                 "polyattn: the Variant argument of Attention does not model AttentionVariant (see variants/variant.hpp)");
   static_assert(std::is_floating_point_v<T>, "polyattn: cache element type T must be a floating-point type");
   static_assert(Variant::tokens_per_row >= 1, "polyattn: Variant::tokens_per_row must be >= 1");
+  // An executor that mirrors the cache elsewhere (exec::Cuda keeps a GPU copy) copies each row once;
+  // a variant that rewrites rows after writing them (tokens_per_row > 1) would leave the copy stale.
+  static_assert(Variant::tokens_per_row == 1 || !requires { Executor::mirrors_cache_rows; },
+                "polyattn: variants that merge tokens into rewritten cache rows (Mtla) are not supported by "
+                "executors that mirror the cache (exec::Cuda) yet");
   static constexpr bool merges_tokens = Variant::tokens_per_row > 1;
 
  public:

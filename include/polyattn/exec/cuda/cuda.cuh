@@ -56,6 +56,8 @@ inline int device_count(std::string* reason = nullptr) {
 
 class Cuda {
  public:
+  /// The executor keeps a device copy of each cache row, copied once after it is written.
+  static constexpr bool mirrors_cache_rows = true;
   static std::string name() { return "cuda"; }
 
   /// Bytes of pinned staging for cache rows; larger updates are copied in several rounds.
