@@ -45,8 +45,7 @@ class Decoder {
   using Self = typename Policies::self_policy;
   using Cross = typename Policies::cross_policy;
 
-  Decoder(const WhisperWeights& w, DecoderConfig cfg) : w_(&w), cross_(w, cfg), length_(std::size_t(cfg.max_sequences), -1) {
-    if (cfg.max_sequences < 1) throw Error("decoder: max_sequences must be >= 1, got " + std::to_string(cfg.max_sequences));
+  Decoder(const WhisperWeights& w, DecoderConfig cfg) : w_(&w), cross_(w, checked(cfg)), length_(std::size_t(cfg.max_sequences), -1) {
     self_.reserve(w.decoder.size());
     for (const DecoderBlock& b : w.decoder) self_.emplace_back(b, w.dims, cfg);
   }
@@ -102,6 +101,11 @@ class Decoder {
   }
 
  private:
+  static const DecoderConfig& checked(const DecoderConfig& cfg) {
+    if (cfg.max_sequences < 1) throw Error("decoder: max_sequences must be >= 1, got " + std::to_string(cfg.max_sequences));
+    return cfg;
+  }
+
   void check_open(int seq) const {
     if (seq < 0 || seq >= static_cast<int>(length_.size()) || length_[std::size_t(seq)] < 0)
       throw Error("decoder: sequence " + std::to_string(seq) + " is not open");

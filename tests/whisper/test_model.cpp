@@ -378,6 +378,7 @@ TEST_SUITE("model") {
         CHECK_THROWS_AS(dec.open(RowMatrixXf::Zero(1500, d + 1)), ModelError);
       }());
     }(DecoderCombinations{});
+    CHECK_THROWS_WITH_AS(Decoder<DefaultPolicies>(c, {.max_sequences = 0}), doctest::Contains("max_sequences must be >= 1"), Error);
     CHECK_THROWS_AS(encode(c, RowMatrixXf::Zero(80, 2999)), Error);
 
     // A missing tensor / wrong shape names the tensor.
