@@ -58,7 +58,9 @@ struct TranscribeOptions {
 // Time and memory of one transcribe() call.
 struct TranscribeReport {
   std::string policies;  // DecoderPolicies::name()
-  double mel_ms = 0, encode_ms = 0, decode_ms = 0;
+  double mel_ms = 0, encode_ms = 0;
+  double decode_ms = 0;     // decoder work: opening windows (cross caches), prefill, steps
+  double cross_open_ms = 0; // the part of decode_ms spent opening windows (cross K/V projections)
   std::size_t text_tokens = 0;  // sampled tokens without eot, over all windows
   int windows = 0, decode_steps = 0, max_batch = 0;
   DecoderCacheUse peak;  // self and cross each at their largest bytes_held during decoding
@@ -220,7 +222,9 @@ class WhisperModel {
         r.encode_ms += ms(t0, t1);
         joining.push_back({decoder.open(features), admitted++, -1});
         joining_seqs.push_back(joining.back().seq);
-        r.decode_ms += ms(t1, clock::now());  // the cross caches are decoder work
+        const double open_ms = ms(t1, clock::now());
+        r.decode_ms += open_ms;
+        r.cross_open_ms += open_ms;
       }
       t0 = clock::now();
       r.max_batch = std::max(r.max_batch, static_cast<int>(live.size() + joining.size()));
