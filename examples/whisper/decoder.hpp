@@ -1,98 +1,176 @@
-// Whisper's text decoder with a KV cache: token + learned positional embeddings,
-// pre-LayerNorm blocks of causal self-attention (cached K/V grow by one row per token),
-// cross-attention over the encoder output (K/V computed once per audio window), MLP;
-// final LayerNorm and logits through the tied token embedding.
+// Whisper's text decoder over a batch of sequences (one per audio window): token + learned
+// positional embeddings, pre-LayerNorm blocks of causal self-attention, cross-attention over
+// the encoder output and MLP; final LayerNorm and logits through the tied token embedding.
+// Both attentions are compile-time policies (self_attention.hpp, cross_attention.hpp):
+//
+//   Decoder<DecoderPolicies<MhaSelfAttention<Paged<16>>, KvCrossAttention<>>> dec(weights, {.max_sequences = 16});
+//   int seq = dec.open(audio_features);          // cross caches computed once for the window
+//   RowMatrixXf logits = dec.prefill(seqs, prompt);   // (B, n_vocab), after the last prompt token
+//   logits = dec.decode(seqs, next_tokens);      // one token per sequence
+//   dec.close(seq);
+//
+// Sequences are independent: they may have different lengths and join or leave between steps.
 #pragma once
 
+#include <algorithm>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "attention.hpp"
+#include "cross_attention.hpp"
 #include "error.hpp"
 #include "layers.hpp"
 #include "matrix.hpp"
+#include "self_attention.hpp"
 #include "weights.hpp"
 
 namespace polyattn::whisper {
 
-// Per-layer caches of one decoding stream.
-struct DecoderLayerCache {
-  RowMatrixXf self_k, self_v;    // (n_text_ctx, d); rows [0, length) are filled
-  RowMatrixXf cross_k, cross_v;  // (n_audio_ctx, d); fixed for the audio window
+// One combination of decoder policies; a compile-time type picked by name (policies.hpp).
+template <SelfAttentionPolicy Self, CrossAttentionPolicy Cross>
+struct DecoderPolicies {
+  using self_policy = Self;
+  using cross_policy = Cross;
+  static std::string name() { return "--self " + Self::name() + " --cross " + Cross::name(); }
 };
 
-struct DecoderState {
-  std::vector<DecoderLayerCache> layers;
-  int length = 0;  // tokens already in the self-attention caches
+// The decoder's caches: self summed over layers, cross as the policy reports it.
+struct DecoderCacheUse {
+  CacheUse self, cross;
 };
 
-// Call site: decoder self-attention over the cache. q: (n_new, d) for positions
-// [length, length + n_new); the cache already holds their K/V rows.
-inline RowMatrixXf decoder_self_attention(const Eigen::Ref<const RowMatrixXf>& q, const DecoderLayerCache& cache,
-                                          int length, int n_heads) {
-  const Eigen::Index total = length + q.rows();
-  return detail::multi_head_attention(q, cache.self_k.topRows(total), cache.self_v.topRows(total), n_heads, true, length);
-}
+template <class Policies>
+class Decoder {
+ public:
+  using Self = typename Policies::self_policy;
+  using Cross = typename Policies::cross_policy;
 
-// Call site: cross-attention of the new tokens over the encoder output's K/V.
-inline RowMatrixXf decoder_cross_attention(const Eigen::Ref<const RowMatrixXf>& q, const DecoderLayerCache& cache,
-                                           int n_heads) {
-  return detail::multi_head_attention(q, cache.cross_k, cache.cross_v, n_heads, false);
-}
+  Decoder(const WhisperWeights& w, DecoderConfig cfg) : w_(&w), cross_(w, checked(cfg)), length_(std::size_t(cfg.max_sequences), -1) {
+    self_.reserve(w.decoder.size());
+    for (const DecoderBlock& b : w.decoder) self_.emplace_back(b, w.dims, cfg);
+  }
 
-// Starts a stream for one audio window: computes every layer's cross K/V from the
-// encoder output (n_audio_ctx, d) once and allocates the self-attention caches.
-inline DecoderState begin_decoding(const WhisperWeights& w, const RowMatrixXf& audio_features) {
-  const WhisperDims& d = w.dims;
-  if (audio_features.cols() != d.n_text_state)
-    throw Error("begin_decoding: audio features have " + std::to_string(audio_features.cols()) + " columns, expected " +
-                std::to_string(d.n_text_state));
-  DecoderState s;
-  for (const DecoderBlock& b : w.decoder) {
-    const RowMatrixXf kv = linear(audio_features, b.cross_kv);  // (n_audio_ctx, 2d)
-    s.layers.push_back({RowMatrixXf::Zero(d.n_text_ctx, d.n_text_state), RowMatrixXf::Zero(d.n_text_ctx, d.n_text_state),
-                        kv.leftCols(d.n_text_state), kv.rightCols(d.n_text_state)});
+  // Opens a sequence for one audio window; features: (n_audio_ctx, d) from the encoder.
+  int open(ConstMatrixRef audio_features) {
+    const int seq = cross_.open(audio_features);
+    for (Self& s : self_)
+      if (s.open_sequence() != seq) throw Error("decoder: self- and cross-attention caches disagree on the sequence slot");
+    length_[std::size_t(seq)] = 0;
+    return seq;
   }
-  return s;
-}
 
-// Feeds `tokens` (positions length .. length + n - 1) and returns the logits of the last
-// one: (n_vocab). Throws when the context (n_text_ctx) would overflow.
-inline RowVectorXf decode_step(const WhisperWeights& w, DecoderState& s, std::span<const int> tokens) {
-  const WhisperDims& d = w.dims;
-  const auto n = static_cast<Eigen::Index>(tokens.size());
-  if (n == 0) throw Error("decode_step: no tokens");
-  if (s.length + n > d.n_text_ctx)
-    throw Error("decode_step: " + std::to_string(s.length + n) + " tokens exceed the text context " +
-                std::to_string(d.n_text_ctx));
-  if (s.layers.size() != w.decoder.size()) throw Error("decode_step: state was not made by begin_decoding");
-  const Eigen::Index D = d.n_text_state;
-  RowMatrixXf x(n, D);
-  for (Eigen::Index i = 0; i < n; ++i) {
-    const int t = tokens[static_cast<std::size_t>(i)];
-    if (t < 0 || t >= d.n_vocab)
-      throw Error("decode_step: token id " + std::to_string(t) + " is not in [0, " + std::to_string(d.n_vocab) + ")");
-    x.row(i) = w.token_embedding.row(t) + w.decoder_positions.row(s.length + i);
+  void close(int seq) {
+    check_open(seq);
+    cross_.close(seq);
+    for (Self& s : self_) s.close_sequence(seq);
+    length_[std::size_t(seq)] = -1;
   }
-  for (std::size_t l = 0; l < w.decoder.size(); ++l) {
-    const DecoderBlock& b = w.decoder[l];
-    DecoderLayerCache& c = s.layers[l];
-    const RowMatrixXf qkv = linear(layer_norm(x, b.self_ln), b.self_qkv);  // (n, 3D)
-    c.self_k.middleRows(s.length, n) = qkv.middleCols(D, D);
-    c.self_v.middleRows(s.length, n) = qkv.rightCols(D);
-    x += linear(decoder_self_attention(qkv.leftCols(D), c, s.length, d.n_text_head), b.self_out);
-    const RowMatrixXf q = linear(layer_norm(x, b.cross_ln), b.cross_q);
-    x += linear(decoder_cross_attention(q, c, d.n_text_head), b.cross_out);
-    RowMatrixXf hidden = linear(layer_norm(x, b.mlp_ln), b.fc1);
-    gelu_inplace(hidden);
-    x += linear(hidden, b.fc2);
+
+  // Tokens fed to `seq` so far.
+  int length(int seq) const {
+    check_open(seq);
+    return length_[std::size_t(seq)];
   }
-  s.length += static_cast<int>(n);
-  const RowMatrixXf last = layer_norm(x.bottomRows(1), w.decoder_ln);  // (1, D)
-  RowVectorXf logits(d.n_vocab);
-  logits.noalias() = last * w.token_embedding.transpose();  // tied output projection
-  return logits;
-}
+
+  // Feeds the same chunk `tokens` to every sequence of `seqs` (Whisper's prompt), causally;
+  // returns the logits after each sequence's last token: (B, n_vocab).
+  RowMatrixXf prefill(std::span<const int> seqs, std::span<const int> tokens) {
+    check(seqs, tokens, static_cast<int>(tokens.size()), "prefill");
+    return forward(seqs, static_cast<Eigen::Index>(tokens.size()), [&](Eigen::Index p, Eigen::Index) { return tokens[std::size_t(p)]; });
+  }
+
+  // Feeds tokens[i] to seqs[i]; returns (B, n_vocab).
+  RowMatrixXf decode(std::span<const int> seqs, std::span<const int> tokens) {
+    if (tokens.size() != seqs.size())
+      throw Error("decoder: decode got " + std::to_string(tokens.size()) + " tokens for " + std::to_string(seqs.size()) +
+                  " sequences (one each)");
+    check(seqs, tokens, 1, "decode");
+    return forward(seqs, 1, [&](Eigen::Index, Eigen::Index i) { return tokens[std::size_t(i)]; });
+  }
+
+  DecoderCacheUse cache_use() const {
+    DecoderCacheUse u{{}, cross_.cache_use()};
+    for (const Self& s : self_) {
+      const CacheUse l = s.cache_use();
+      u.self.bytes_per_token += l.bytes_per_token;
+      u.self.bytes_held += l.bytes_held;
+      u.self.bytes_allocated += l.bytes_allocated;
+      u.self.tokens = l.tokens;  // the same in every layer
+    }
+    return u;
+  }
+
+ private:
+  static const DecoderConfig& checked(const DecoderConfig& cfg) {
+    if (cfg.max_sequences < 1) throw Error("decoder: max_sequences must be >= 1, got " + std::to_string(cfg.max_sequences));
+    return cfg;
+  }
+
+  void check_open(int seq) const {
+    if (seq < 0 || seq >= static_cast<int>(length_.size()) || length_[std::size_t(seq)] < 0)
+      throw Error("decoder: sequence " + std::to_string(seq) + " is not open");
+  }
+
+  // Everything that can fail is checked here, before any cache is written.
+  void check(std::span<const int> seqs, std::span<const int> tokens, int n, const char* what) const {
+    const WhisperDims& d = w_->dims;
+    if (seqs.empty() || n < 1) throw Error(std::string("decoder: ") + what + " needs at least one sequence and one token");
+    std::vector<int> sorted(seqs.begin(), seqs.end());
+    std::sort(sorted.begin(), sorted.end());
+    if (const auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end())
+      throw Error("decoder: sequence " + std::to_string(*dup) + " appears twice in one " + what);
+    for (int seq : seqs) {
+      check_open(seq);
+      if (length_[std::size_t(seq)] + n > d.n_text_ctx)
+        throw Error("decoder: sequence " + std::to_string(seq) + " holds " + std::to_string(length_[std::size_t(seq)]) +
+                    " tokens; " + std::to_string(n) + " more would exceed the text context of " +
+                    std::to_string(d.n_text_ctx));
+    }
+    for (int t : tokens)
+      if (t < 0 || t >= d.n_vocab)
+        throw Error("decoder: token id " + std::to_string(t) + " is not in [0, " + std::to_string(d.n_vocab) + ")");
+  }
+
+  // token(p, i): token p of sequence i's chunk of n. Hidden states are position-major,
+  // row p * B + i, so that position p of every sequence is one (B, d) block for
+  // cross-attention and the logits.
+  template <class TokenAt>
+  RowMatrixXf forward(std::span<const int> seqs, Eigen::Index n, TokenAt token) {
+    const WhisperDims& d = w_->dims;
+    const auto B = static_cast<Eigen::Index>(seqs.size());
+    const Eigen::Index D = d.n_text_state;
+    x_.resize(n * B, D);
+    for (Eigen::Index p = 0; p < n; ++p)
+      for (Eigen::Index i = 0; i < B; ++i)
+        x_.row(p * B + i) = w_->token_embedding.row(token(p, i)) +
+                            w_->decoder_positions.row(length_[std::size_t(seqs[std::size_t(i)])] + p);
+    sub_.resize(n * B, D);
+    for (std::size_t l = 0; l < w_->decoder.size(); ++l) {
+      const DecoderBlock& b = w_->decoder[l];
+      if (n == 1)
+        self_[l].decode(seqs, layer_norm(x_, b.self_ln), sub_);
+      else
+        self_[l].prefill(seqs, layer_norm(x_, b.self_ln), sub_);
+      x_ += sub_;
+      const RowMatrixXf h = layer_norm(x_, b.cross_ln);
+      for (Eigen::Index p = 0; p < n; ++p) cross_.attend(static_cast<int>(l), seqs, h.middleRows(p * B, B), sub_.middleRows(p * B, B));
+      x_ += sub_;
+      RowMatrixXf hidden = linear(layer_norm(x_, b.mlp_ln), b.fc1);
+      gelu_inplace(hidden);
+      x_ += linear(hidden, b.fc2);
+    }
+    for (int seq : seqs) length_[std::size_t(seq)] += static_cast<int>(n);
+    const RowMatrixXf last = layer_norm(x_.bottomRows(B), w_->decoder_ln);  // (B, D): position n - 1
+    RowMatrixXf logits(B, d.n_vocab);
+    logits.noalias() = last * w_->token_embedding.transpose();  // tied output projection
+    return logits;
+  }
+
+  const WhisperWeights* w_;
+  Cross cross_;
+  std::vector<Self> self_;        // one per decoder layer
+  std::vector<int> length_;       // per sequence slot; -1 = closed
+  RowMatrixXf x_, sub_;           // (n * B, d): hidden states, a sub-layer's output
+};
 
 }  // namespace polyattn::whisper

@@ -2,9 +2,11 @@
 // stride 2), sinusoidal positions, pre-LayerNorm transformer blocks, final LayerNorm.
 #pragma once
 
+#include <Eigen/Core>
+
+#include <cmath>
 #include <string>
 
-#include "attention.hpp"
 #include "error.hpp"
 #include "layers.hpp"
 #include "matrix.hpp"
@@ -12,10 +14,31 @@
 
 namespace polyattn::whisper {
 
-// Call site: encoder self-attention (bidirectional, no cache). x_qkv: (n_audio_ctx, 3d).
+// Encoder self-attention: bidirectional over the 1500 frames of a window, nothing cached.
+// This is GEMM work (per head, (1500, 64) x (64, 1500) scores and (1500, 1500) x (1500, 64)
+// outputs), so it stays on Eigen's GEMM rather than polyattn's decode kernels, which walk
+// the keys once per query row; measured on tiny.en, Attention<Mha, Nhd, CpuSimd>::prefill with
+// Mask::full is slower (see the README). qkv: (n, 3d) = [q | k | v]; returns (n, d).
 inline RowMatrixXf encoder_self_attention(const RowMatrixXf& qkv, int n_heads) {
-  const Eigen::Index d = qkv.cols() / 3;
-  return detail::multi_head_attention(qkv.leftCols(d), qkv.middleCols(d, d), qkv.rightCols(d), n_heads, false);
+  const Eigen::Index d = qkv.cols() / 3, n = qkv.rows();
+  if (n_heads <= 0 || d % n_heads != 0 || qkv.cols() != 3 * d)
+    throw ModelError("encoder_self_attention: qkv has " + std::to_string(qkv.cols()) + " columns, not 3 x a multiple of " +
+                     std::to_string(n_heads) + " heads");
+  const Eigen::Index dh = d / n_heads;
+  // Whisper scales q and k by dh^-1/4 each; one 1/sqrt(dh) on the scores is the same.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  RowMatrixXf out(n, d), scores(n, n);
+  const RowMatrixXf q = qkv.leftCols(d) * scale;
+  for (int h = 0; h < n_heads; ++h) {
+    scores.noalias() = q.middleCols(h * dh, dh) * qkv.middleCols(d + h * dh, dh).transpose();  // (n, n)
+    for (Eigen::Index i = 0; i < n; ++i) {
+      auto row = scores.row(i);
+      row = (row.array() - row.maxCoeff()).exp().matrix();
+      row /= row.sum();
+    }
+    out.middleCols(h * dh, dh).noalias() = scores * qkv.middleCols(2 * d + h * dh, dh);
+  }
+  return out;
 }
 
 // mel: (n_mels, 2 * n_audio_ctx) = one 30 s window. Returns (n_audio_ctx, d).

@@ -34,6 +34,12 @@ inline RowMatrixXf linear(const Eigen::Ref<const RowMatrixXf>& x, const Linear& 
   return y;
 }
 
+// The same into a preallocated (n, out) block (any row stride), without a temporary.
+inline void linear_into(const Eigen::Ref<const RowMatrixXf>& x, const Linear& l, Eigen::Ref<RowMatrixXf> y) {
+  y.noalias() = x * l.weight.transpose();
+  y.rowwise() += l.bias;
+}
+
 // Normalises each row of x: (n, d).
 inline RowMatrixXf layer_norm(const Eigen::Ref<const RowMatrixXf>& x, const LayerNorm& ln) {
   RowMatrixXf y(x.rows(), x.cols());

@@ -1,6 +1,6 @@
 // whisper: transcribe WAV files with the Whisper tiny.en model in CTranslate2 format
-// (examples/whisper/fetch_model.sh) or a whisper.cpp ggml file.
-//   whisper --model DIR|FILE.bin --audio FILE [FILE...] [--threads N]
+// (examples/whisper/fetch_model.sh) or a whisper.cpp ggml file, decoding all files as one
+// batch through the decoder attention policies named by --self and --cross.
 #include <Eigen/Core>
 
 #include <chrono>
@@ -8,44 +8,77 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
-#include <iostream>
 #include <string>
 #include <vector>
 
 #include <whisper/model.hpp>
+#include <whisper/policies.hpp>
 #include <whisper/wav.hpp>
 
 namespace {
 
+namespace pw = polyattn::whisper;
+
 [[noreturn]] void usage(const char* argv0, const std::string& error) {
-  if (!error.empty()) std::cerr << "error: " << error << "\n";
-  std::cerr << "usage: " << argv0 << " --model DIR|FILE.bin --audio FILE [FILE...] [--threads N]\n"
-            << "  DIR: a CTranslate2 Whisper model directory (model.bin, config.json, vocabulary.txt)\n"
-            << "  FILE.bin: a whisper.cpp ggml model (f32/f16)\n";
+  if (!error.empty()) std::fprintf(stderr, "error: %s\n", error.c_str());
+  std::fprintf(stderr,
+               "usage: %s --model DIR|FILE.bin --audio FILE [FILE...] [--self NAME] [--cross NAME] [--threads N] "
+               "[--batch N]\n"
+               "  DIR: a CTranslate2 Whisper model directory (model.bin, config.json, vocabulary.txt)\n"
+               "  FILE.bin: a whisper.cpp ggml model (f32/f16)\n"
+               "  --self, --cross: decoder attention policies (default mha/nhd, baseline); instantiated:\n"
+               "      %s\n"
+               "  --threads N: Eigen and attention threads (default: all)\n"
+               "  --batch N: 30 s windows decoded at once (default 16; all files' windows share the batch)\n",
+               argv0, pw::available_policies().c_str());
   std::exit(2);
+}
+
+int parse_int(const char* argv0, const std::string& flag, const char* value, int lo, int hi) {
+  char* end = nullptr;
+  const long n = std::strtol(value, &end, 10);
+  if (*value == '\0' || *end != '\0' || n < lo || n > hi)
+    usage(argv0, flag + " " + value + " is not in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return static_cast<int>(n);
+}
+
+std::string megabytes(std::size_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%zu B (%.2f MiB)", bytes, static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+void print_cache(const char* what, const std::string& policy, const pw::CacheUse& u, const char* unit) {
+  std::fprintf(stderr, "  %s cache (%s): %zu B per %s over all layers; peak %zu %ss held = %s; allocated %s\n", what,
+               policy.c_str(), u.bytes_per_token, unit, u.tokens, unit, megabytes(u.bytes_held).c_str(),
+               megabytes(u.bytes_allocated).c_str());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  namespace pw = polyattn::whisper;
-  std::string model_path;
+  std::string model_path, self = "mha/nhd", cross = "baseline";
   std::vector<std::string> audio;
-  int threads = 0;
+  int threads = 0, batch = 16;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    auto value = [&]() -> const char* {
+      if (++i >= argc) usage(argv[0], a + " needs a value");
+      return argv[i];
+    };
     if (a == "--model") {
-      if (++i >= argc) usage(argv[0], "--model needs a value");
-      model_path = argv[i];
+      model_path = value();
     } else if (a == "--audio") {
       while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) audio.push_back(argv[++i]);
       if (audio.empty()) usage(argv[0], "--audio needs at least one file");
+    } else if (a == "--self") {
+      self = value();
+    } else if (a == "--cross") {
+      cross = value();
     } else if (a == "--threads") {
-      if (++i >= argc) usage(argv[0], "--threads needs a value");
-      char* end = nullptr;
-      const long n = std::strtol(argv[i], &end, 10);
-      if (*end != '\0' || n < 1 || n > 256) usage(argv[0], std::string("--threads ") + argv[i] + " is not in [1, 256]");
-      threads = static_cast<int>(n);
+      threads = parse_int(argv[0], a, value(), 1, 256);
+    } else if (a == "--batch") {
+      batch = parse_int(argv[0], a, value(), 1, 4096);
     } else if (a == "--help" || a == "-h") {
       usage(argv[0], "");
     } else {
@@ -56,6 +89,9 @@ int main(int argc, char** argv) {
   if (threads > 0) Eigen::setNbThreads(threads);
 
   try {
+    // Refuse a policy name before anything slow happens.
+    pw::dispatch_policies(self, cross, [](auto) {});
+
     const auto t0 = std::chrono::steady_clock::now();
     const pw::WhisperModel model = std::filesystem::is_directory(model_path) ? pw::WhisperModel::load_ct2(model_path)
                                                                               : pw::WhisperModel::load_ggml_file(model_path);
@@ -63,21 +99,49 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "model: %s (%d+%d layers, d=%d, vocab %d) loaded in %.0f ms, %d thread(s)\n", model_path.c_str(),
                  model.dims().n_audio_layer, model.dims().n_text_layer, model.dims().n_audio_state, model.dims().n_vocab,
                  load_ms, Eigen::nbThreads());
+
+    std::vector<std::vector<float>> samples;
+    std::vector<std::string> paths;
     int failures = 0;
     for (const std::string& path : audio) {
       try {
-        const std::vector<float> samples = pw::load_wav_16k_mono(path);
-        const pw::Transcript t = model.transcribe(samples);
-        std::printf("%s:%s\n", path.c_str(), t.text.c_str());
-        std::fflush(stdout);
-        std::fprintf(stderr, "  %.2f s audio, %d window(s), %zu tokens: mel %.1f ms, encode %.1f ms, decode %.1f ms\n",
-                     static_cast<double>(samples.size()) / 16000.0, t.windows, t.tokens.size(), t.mel_ms, t.encode_ms,
-                     t.decode_ms);
+        samples.push_back(pw::load_wav_16k_mono(path));
+        paths.push_back(path);
       } catch (const pw::Error& e) {
         std::fprintf(stderr, "error: %s: %s\n", path.c_str(), e.what());
         ++failures;
       }
     }
+
+    pw::TranscribeOptions opt;
+    opt.batch = batch;
+    opt.threads = threads;
+    opt.on_window = [&](std::size_t file, int done, int total) {
+      if (total > 1) std::fprintf(stderr, "  %s: window %d/%d done\n", paths[file].c_str(), done, total);
+    };
+    pw::Transcription result;
+    pw::dispatch_policies(self, cross, [&]<class P>(std::type_identity<P>) {
+      result = model.transcribe<P>(std::span<const std::vector<float>>(samples), opt);
+    });
+
+    for (std::size_t f = 0; f < paths.size(); ++f) {
+      const pw::Transcript& t = result.files[f];
+      std::printf("%s:%s\n", paths[f].c_str(), t.text.c_str());
+      std::fflush(stdout);
+      std::fprintf(stderr, "  %.2f s audio, %d window(s), %zu tokens\n", static_cast<double>(samples[f].size()) / 16000.0,
+                   t.windows, t.tokens.size());
+    }
+    const pw::TranscribeReport& r = result.report;
+    std::fprintf(stderr, "%s: %zu file(s), %d window(s), batch up to %d\n", r.policies.c_str(), paths.size(), r.windows,
+                 r.max_batch);
+    std::fprintf(stderr,
+                 "  mel %.1f ms, encode %.1f ms, decode %.1f ms (cross K/V %.1f ms, steps %.1f ms): %zu tokens, %.1f "
+                 "tokens/s (%.1f over the steps)\n",
+                 r.mel_ms, r.encode_ms, r.decode_ms, r.cross_open_ms, r.decode_ms - r.cross_open_ms, r.text_tokens,
+                 r.decode_ms > 0 ? 1000.0 * static_cast<double>(r.text_tokens) / r.decode_ms : 0.0,
+                 r.decode_ms > r.cross_open_ms ? 1000.0 * static_cast<double>(r.text_tokens) / (r.decode_ms - r.cross_open_ms) : 0.0);
+    print_cache("self ", self, r.peak.self, "token");
+    print_cache("cross", cross, r.peak.cross, "frame");
     return failures ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -5,11 +5,18 @@
 // suppress_ids; stop at <|endoftext|> or when the 448-token context is full. Audio longer
 // than 30 s is cut into consecutive 30 s windows decoded independently (no timestamps, so
 // no seeking by segment ends), and their texts are concatenated.
+//
+// transcribe<Policies>(files) decodes the windows of several recordings as one batch of up
+// to `batch` sequences: a window joins when a slot is free (encoded, its cross caches filled,
+// its prompt prefilled) and leaves at its end-of-text, so the sequences have different lengths.
+// Sequences do not interact, so the tokens of a file do not depend on the batch.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string>
@@ -21,6 +28,7 @@
 #include "error.hpp"
 #include "ggml_model.hpp"
 #include "mel.hpp"
+#include "policies.hpp"
 #include "tokenizer.hpp"
 #include "weights.hpp"
 
@@ -38,7 +46,29 @@ struct Transcript {
   std::string text;
   std::vector<int> tokens;  // sampled tokens of every window, without prompt and eot
   int windows = 0;
-  double mel_ms = 0, encode_ms = 0, decode_ms = 0;
+};
+
+struct TranscribeOptions {
+  int batch = 16;   // sequences (30 s windows) decoded at once
+  int threads = 0;  // attention executor threads (0 = all hardware threads); Eigen's are global
+  // Called when a window of file `file` finishes: (file, windows done, windows of the file).
+  std::function<void(std::size_t, int, int)> on_window;
+};
+
+// Time and memory of one transcribe() call.
+struct TranscribeReport {
+  std::string policies;  // DecoderPolicies::name()
+  double mel_ms = 0, encode_ms = 0;
+  double decode_ms = 0;     // decoder work: opening windows (cross caches), prefill, steps
+  double cross_open_ms = 0; // the part of decode_ms spent opening windows (cross K/V projections)
+  std::size_t text_tokens = 0;  // sampled tokens without eot, over all windows
+  int windows = 0, decode_steps = 0, max_batch = 0;
+  DecoderCacheUse peak;  // self and cross each at their largest bytes_held during decoding
+};
+
+struct Transcription {
+  std::vector<Transcript> files;
+  TranscribeReport report;
 };
 
 class WhisperModel {
@@ -117,48 +147,130 @@ class WhisperModel {
   // One 30 s window (n_mels, 3000) -> audio features (n_audio_ctx, d).
   RowMatrixXf encode(const RowMatrixXf& mel_window) const { return whisper::encode(w_, mel_window); }
 
-  // Greedy decoding of one window; returns the sampled tokens without prompt and eot.
-  std::vector<int> greedy_decode(const RowMatrixXf& audio_features) const {
-    DecoderState state = begin_decoding(w_, audio_features);
-    std::vector<int> out;
-    RowVectorXf logits = decode_step(w_, state, rules_.prompt);
-    const float neg_inf = -std::numeric_limits<float>::infinity();
-    for (;;) {
-      for (int id : rules_.suppress) logits[id] = neg_inf;
-      if (out.empty())
-        for (int id : rules_.suppress_at_begin) logits[id] = neg_inf;
-      Eigen::Index best = 0;
-      logits.maxCoeff(&best);  // first maximum, like torch.argmax
-      const int token = static_cast<int>(best);
-      if (token == rules_.eot) break;
-      out.push_back(token);
-      if (rules_.prompt.size() + out.size() >= static_cast<std::size_t>(rules_.max_length)) break;  // context full
-      const int next[] = {token};
-      logits = decode_step(w_, state, next);
+  // Transcribes recordings (16 kHz mono samples each) with the decoder policies `Policies`
+  // (policies.hpp); texts keep Whisper's leading space.
+  template <class Policies = DefaultPolicies>
+  Transcription transcribe(std::span<const std::vector<float>> files, const TranscribeOptions& opt = {}) const {
+    using clock = std::chrono::steady_clock;
+    auto ms = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    if (opt.batch < 1) throw Error("transcribe: batch must be >= 1, got " + std::to_string(opt.batch));
+    Transcription out;
+    TranscribeReport& r = out.report;
+    r.policies = Policies::name();
+
+    struct Window {
+      std::size_t file;
+      int seek;
+      std::vector<int> tokens;
+    };
+    std::vector<WhisperSpectrogram> specs;
+    std::vector<Window> windows;
+    std::vector<int> windows_left;  // per file
+    auto t0 = clock::now();
+    for (std::size_t f = 0; f < files.size(); ++f) {
+      specs.push_back(whisper_spectrogram(files[f], filters_));
+      const std::vector<int> starts = specs.back().window_starts();
+      for (int seek : starts) windows.push_back({f, seek, {}});
+      windows_left.push_back(static_cast<int>(starts.size()));
+    }
+    r.mel_ms = ms(t0, clock::now());
+    r.windows = static_cast<int>(windows.size());
+    out.files.resize(files.size());
+    for (std::size_t f = 0; f < files.size(); ++f) out.files[f].windows = windows_left[f];
+    if (windows.empty()) return out;
+
+    Decoder<Policies> decoder(w_, {.max_sequences = std::min<int>(opt.batch, r.windows), .threads = opt.threads});
+    struct Live {
+      int seq;
+      std::size_t window;
+      int next_token;  // sampled, not yet fed
+    };
+    std::vector<Live> live;
+    std::size_t admitted = 0;
+    auto note_memory = [&] {
+      const DecoderCacheUse u = decoder.cache_use();
+      if (u.self.bytes_held >= r.peak.self.bytes_held) r.peak.self = u.self;
+      if (u.cross.bytes_held >= r.peak.cross.bytes_held) r.peak.cross = u.cross;
+    };
+    // Samples each sequence's next token from its logits row; finished ones leave `batch`.
+    auto sample = [&](std::vector<Live>& batch, RowMatrixXf& logits) {
+      std::vector<Live> kept;
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        Window& win = windows[batch[i].window];
+        const int token = next_token(logits.row(static_cast<Eigen::Index>(i)), win.tokens.empty());
+        const bool full = token != rules_.eot && rules_.prompt.size() + win.tokens.size() + 1 >= std::size_t(rules_.max_length);
+        if (token != rules_.eot) win.tokens.push_back(token);
+        if (token == rules_.eot || full) {
+          decoder.close(batch[i].seq);
+          const int total = out.files[win.file].windows;
+          if (opt.on_window) opt.on_window(win.file, total - --windows_left[win.file], total);
+        } else {
+          kept.push_back({batch[i].seq, batch[i].window, token});
+        }
+      }
+      batch = std::move(kept);
+    };
+
+    while (!live.empty() || admitted < windows.size()) {
+      std::vector<Live> joining;
+      std::vector<int> joining_seqs;
+      while (live.size() + joining.size() < std::size_t(opt.batch) && admitted < windows.size()) {
+        t0 = clock::now();
+        const Window& win = windows[admitted];
+        const RowMatrixXf features = encode(specs[win.file].window(win.seek));
+        const auto t1 = clock::now();
+        r.encode_ms += ms(t0, t1);
+        joining.push_back({decoder.open(features), admitted++, -1});
+        joining_seqs.push_back(joining.back().seq);
+        const double open_ms = ms(t1, clock::now());
+        r.decode_ms += open_ms;
+        r.cross_open_ms += open_ms;
+      }
+      t0 = clock::now();
+      r.max_batch = std::max(r.max_batch, static_cast<int>(live.size() + joining.size()));
+      if (!live.empty()) {
+        std::vector<int> seqs, tokens;
+        for (const Live& l : live) seqs.push_back(l.seq), tokens.push_back(l.next_token);
+        RowMatrixXf logits = decoder.decode(seqs, tokens);
+        ++r.decode_steps;
+        note_memory();
+        sample(live, logits);
+      }
+      if (!joining.empty()) {
+        RowMatrixXf logits = decoder.prefill(joining_seqs, rules_.prompt);
+        note_memory();
+        sample(joining, logits);
+        live.insert(live.end(), joining.begin(), joining.end());
+      }
+      r.decode_ms += ms(t0, clock::now());
+    }
+
+    for (const Window& win : windows) {
+      Transcript& t = out.files[win.file];
+      t.text += tok_.decode(win.tokens);
+      t.tokens.insert(t.tokens.end(), win.tokens.begin(), win.tokens.end());
+      r.text_tokens += win.tokens.size();
     }
     return out;
   }
 
-  // 16 kHz mono samples -> text (leading space kept, as Whisper produces it).
-  Transcript transcribe(std::span<const float> samples) const {
-    using clock = std::chrono::steady_clock;
-    auto ms = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
-    Transcript t;
-    auto t0 = clock::now();
-    const WhisperSpectrogram spec = whisper_spectrogram(samples, filters_);
-    t.mel_ms = ms(t0, clock::now());
-    for (int seek : spec.window_starts()) {
-      t0 = clock::now();
-      const RowMatrixXf features = encode(spec.window(seek));
-      const auto t1 = clock::now();
-      const std::vector<int> tokens = greedy_decode(features);
-      t.encode_ms += ms(t0, t1);
-      t.decode_ms += ms(t1, clock::now());
-      t.text += tok_.decode(tokens);
-      t.tokens.insert(t.tokens.end(), tokens.begin(), tokens.end());
-      ++t.windows;
-    }
-    return t;
+  // One recording.
+  template <class Policies = DefaultPolicies>
+  Transcript transcribe(std::span<const float> samples, const TranscribeOptions& opt = {}) const {
+    const std::vector<std::vector<float>> one{std::vector<float>(samples.begin(), samples.end())};
+    return transcribe<Policies>(std::span<const std::vector<float>>(one), opt).files.front();
+  }
+
+  // The greedy choice from one row of logits, which it overwrites: suppressed tokens never
+  // win; ties go to the lowest id, like torch.argmax.
+  int next_token(Eigen::Ref<RowVectorXf> logits, bool first) const {
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    for (int id : rules_.suppress) logits[id] = neg_inf;
+    if (first)
+      for (int id : rules_.suppress_at_begin) logits[id] = neg_inf;
+    Eigen::Index best = 0;
+    logits.maxCoeff(&best);
+    return static_cast<int>(best);
   }
 
  private:

@@ -1,17 +1,19 @@
 #include <doctest/doctest.h>
 
 #include <whisper/model.hpp>
+#include <whisper/policies.hpp>
 #include <whisper/wav.hpp>
 
 #include <map>
 #include <numbers>
 
+#include "dense_decoder.hpp"
 #include "test_util.hpp"
 
 using namespace polyattn::whisper;
 
 TEST_SUITE("model") {
-  TEST_CASE("layers: conv1d_k3, sinusoids, layer_norm, attention") {
+  TEST_CASE("layers: conv1d_k3, sinusoids, encoder attention") {
     // conv1d_k3 against a direct loop, stride 1 and 2.
     whisper_test::Rng rng(2);
     const int t_in = 7, c_in = 3, c_out = 2;
@@ -40,18 +42,15 @@ TEST_SUITE("model") {
     CHECK(pos(0, 192) == 1.0f);
     CHECK(pos(1499, 0) == doctest::Approx(std::sin(1499.0)).epsilon(1e-4));
 
-    // Causal attention with a cache offset equals full attention restricted to the prefix.
+    // Encoder self-attention (Eigen GEMMs) against the dense double oracle.
     const int n = 5, d = 8;
-    RowMatrixXf q(n, d), k(n, d), v(n, d);
-    for (auto* m : {&q, &k, &v})
-      for (Eigen::Index i = 0; i < m->size(); ++i) m->data()[i] = rng.normal_ish();
-    const RowMatrixXf full = detail::multi_head_attention(q, k, v, 2, true, 0);
-    const RowMatrixXf last = detail::multi_head_attention(q.bottomRows(1), k, v, 2, true, n - 1);
-    CHECK((full.bottomRows(1) - last).cwiseAbs().maxCoeff() < 1e-6f);
-    const RowMatrixXf first = detail::multi_head_attention(q.topRows(1), k.topRows(1), v.topRows(1), 2, false);
-    CHECK((full.topRows(1) - v.topRows(1)).cwiseAbs().maxCoeff() < 1e-6f);  // one visible key: output = v
-    CHECK((first - v.topRows(1)).cwiseAbs().maxCoeff() < 1e-6f);
-    CHECK_THROWS_AS(detail::multi_head_attention(q, k, v, 3, false), ModelError);
+    RowMatrixXf qkv(n, 3 * d);
+    for (Eigen::Index i = 0; i < qkv.size(); ++i) qkv.data()[i] = rng.normal_ish();
+    const whisper_test::RowMatrixXd q = qkv.leftCols(d).cast<double>(), k = qkv.middleCols(d, d).cast<double>(),
+                                    v = qkv.rightCols(d).cast<double>();
+    const RowMatrixXf att = encoder_self_attention(qkv, 2);
+    CHECK((att.cast<double>() - whisper_test::dense_attention(q, k, v, 2, false)).cwiseAbs().maxCoeff() < 1e-5);
+    CHECK_THROWS_AS(encoder_self_attention(qkv, 3), ModelError);
   }
 
   TEST_CASE("tiny.en: weights, encoder positions, jfk.wav transcript") {
@@ -77,14 +76,23 @@ TEST_SUITE("model") {
     const RowMatrixXf stored = detail::to_matrix(bin.tensor("encoder/position_encodings/encodings", {1500, 384}).values, 1500, 384);
     CHECK((stored - model.weights().encoder_positions).cwiseAbs().maxCoeff() < 1e-3f);
 
-    const Transcript t = model.transcribe(load_wav_16k_mono(wav));
-    MESSAGE("jfk.wav: \"" << t.text << "\" (mel " << t.mel_ms << " ms, encode " << t.encode_ms << " ms, decode "
-                          << t.decode_ms << " ms)");
+    const std::vector<std::vector<float>> jfk{load_wav_16k_mono(wav)};
+    const Transcription result = model.transcribe(std::span<const std::vector<float>>(jfk), {.batch = 1, .threads = 1});
+    const Transcript& t = result.files.front();
+    MESSAGE("jfk.wav: \"" << t.text << "\" (" << result.report.policies << ": mel " << result.report.mel_ms << " ms, encode "
+                          << result.report.encode_ms << " ms, decode " << result.report.decode_ms << " ms)");
     // Tokens that CTranslate2 4.8.5 (the peer, same weights) produces from this code's
     // log-mel window with prompt <|startoftranscript|><|notimestamps|>, greedy.
     const std::vector<int> peer = {843, 523, 616, 5891, 3399, 1265, 407, 644, 534, 1499, 460, 466,
                                    329, 345, 11, 1265, 644, 345, 460, 466, 329, 534, 1499, 13};
     CHECK(t.tokens == peer);
+    // Every instantiated policy combination gives the same tokens.
+    []<class... Ps>(polyattn::TypeList<Ps...>, const WhisperModel& m, std::span<const float> x, const std::vector<int>& want) {
+      (..., [&] {
+        INFO("policies: " << Ps::name());
+        CHECK(m.transcribe<Ps>(x, {.batch = 1, .threads = 2}).tokens == want);
+      }());
+    }(DecoderCombinations{}, model, jfk.front(), peer);
     CHECK(t.windows == 1);
     std::string text = t.text;
     REQUIRE(!text.empty());
@@ -97,19 +105,10 @@ TEST_SUITE("model") {
                  "tiny.en greedy output differs from the DESIGN.md reference sentence (comma after 'Americans')");
   }
 
-  TEST_CASE("long audio: two windows, empty audio") {
+  TEST_CASE("empty audio: one window") {
     const std::string dir = whisper_test::model_dir();
-    const std::string wav = whisper_test::data_file("jfk.wav");
-    if (!whisper_test::have_file(dir + "/model.bin") || !whisper_test::have_file(wav)) return;
+    if (!whisper_test::have_file(dir + "/model.bin")) return;
     const WhisperModel model = WhisperModel::load_ct2(dir);
-    std::vector<float> x = load_wav_16k_mono(wav);
-    std::vector<float> twice(static_cast<std::size_t>(16000 * 30), 0.0f);  // jfk, silence up to 30 s, jfk
-    std::copy(x.begin(), x.end(), twice.begin());
-    twice.insert(twice.end(), x.begin(), x.end());
-    const Transcript t = model.transcribe(twice);
-    MESSAGE("41 s: \"" << t.text << "\"");
-    CHECK(t.windows == 2);
-    CHECK(t.text.find("ask not what your country") != t.text.rfind("ask not what your country"));
     const Transcript silence = model.transcribe(std::vector<float>{});
     CHECK(silence.windows == 1);
     MESSAGE("empty audio: \"" << silence.text << "\"");
@@ -310,25 +309,77 @@ TEST_SUITE("model") {
     CHECK(fg.rows() == 1500);
     CHECK(fg.allFinite());
 
-    // Incremental decoding with the KV cache equals feeding the whole prefix at once.
-    DecoderState one = begin_decoding(c, fc), all = begin_decoding(c, fc);
-    const std::vector<int> tokens = {50257, 50362, 11, 220, 400};
-    RowVectorXf step_logits;
-    for (int t : tokens) {
-      const int tok[] = {t};
-      step_logits = decode_step(c, one, tok);
-    }
-    const RowVectorXf prefix_logits = decode_step(c, all, tokens);
-    CHECK((step_logits - prefix_logits).cwiseAbs().maxCoeff() < 1e-4f * (1.0f + prefix_logits.cwiseAbs().maxCoeff()));
-    CHECK(one.length == 5);
+    // The policy decoder (prefill, incremental decode, batches of sequences with different
+    // lengths that join and leave) equals the dense oracle that recomputes every prefix.
+    RowMatrixXf mel2(80, 3000);
+    for (Eigen::Index i = 0; i < mel2.size(); ++i) mel2.data()[i] = rng.normal_ish();
+    const RowMatrixXf fc2 = encode(c, mel2);
+    const std::vector<int> a_tokens = {50257, 50362, 11, 220, 400, 7, 9000}, b_tokens = {50257, 50362, 5, 51000, 3};
+    auto close_to = [](const RowVectorXf& got, const RowVectorXf& want) {
+      return (got - want).cwiseAbs().maxCoeff() <= 1e-4f * (1.0f + want.cwiseAbs().maxCoeff());
+    };
+    auto prefix = [](const std::vector<int>& t, std::size_t n) { return std::vector<int>(t.begin(), t.begin() + std::ptrdiff_t(n)); };
+    [&]<class... Ps>(polyattn::TypeList<Ps...>) {
+      (..., [&] {
+        INFO("policies: " << Ps::name());
+        Decoder<Ps> dec(c, {.max_sequences = 3, .threads = 2});
+        const int a = dec.open(fc);
+        const int a_seq[] = {a};
+        RowMatrixXf logits = dec.prefill(a_seq, prefix(a_tokens, 2));
+        CHECK(close_to(logits.row(0), whisper_test::dense_decoder_logits(c, fc, prefix(a_tokens, 2))));
+        for (std::size_t i = 2; i < 4; ++i) {  // a alone
+          const int tok[] = {a_tokens[i]};
+          logits = dec.decode(a_seq, tok);
+          CHECK(close_to(logits.row(0), whisper_test::dense_decoder_logits(c, fc, prefix(a_tokens, i + 1))));
+        }
+        const int b = dec.open(fc2);  // b joins: prefill alone, then decodes with a at another length
+        const int b_seq[] = {b};
+        logits = dec.prefill(b_seq, prefix(b_tokens, 2));
+        CHECK(close_to(logits.row(0), whisper_test::dense_decoder_logits(c, fc2, prefix(b_tokens, 2))));
+        for (std::size_t i = 4; i < 7; ++i) {
+          const int seqs[] = {b, a}, tok[] = {b_tokens[i - 2], a_tokens[i]};
+          logits = dec.decode(seqs, tok);
+          CHECK(close_to(logits.row(0), whisper_test::dense_decoder_logits(c, fc2, prefix(b_tokens, i - 1))));
+          CHECK(close_to(logits.row(1), whisper_test::dense_decoder_logits(c, fc, prefix(a_tokens, i + 1))));
+        }
+        CHECK(dec.length(a) == 7);
+        CHECK(dec.length(b) == 5);
+        const DecoderCacheUse use = dec.cache_use();
+        CHECK(use.self.tokens == 12);
+        CHECK(use.self.bytes_per_token == 2 * 8 * sizeof(float));  // one layer, K and V of d = 8
+        CHECK(use.self.bytes_held == 12 * use.self.bytes_per_token);
+        CHECK(use.cross.tokens == 2 * 1500);
+        CHECK(use.cross.bytes_held == 2 * 1500 * 2 * 8 * sizeof(float));
 
-    // Bad inputs are errors, not crashes.
-    const int bad_token[] = {n_vocab};
-    CHECK_THROWS_AS(decode_step(c, one, bad_token), Error);
+        // A prefill of several sequences at once equals each alone.
+        dec.close(a);
+        const int a2 = dec.open(fc), c2 = dec.open(fc2);
+        const int both[] = {a2, c2};
+        logits = dec.prefill(both, prefix(a_tokens, 3));
+        CHECK(close_to(logits.row(0), whisper_test::dense_decoder_logits(c, fc, prefix(a_tokens, 3))));
+        CHECK(close_to(logits.row(1), whisper_test::dense_decoder_logits(c, fc2, prefix(a_tokens, 3))));
+
+        // Bad inputs are errors naming the problem, and change nothing.
+        const int bad_token[] = {n_vocab};
+        CHECK_THROWS_WITH_AS(dec.decode(b_seq, bad_token), doctest::Contains("token id 51864"), Error);
+        const int dup[] = {b, b}, two_tokens[] = {1, 2};
+        CHECK_THROWS_WITH_AS(dec.decode(dup, two_tokens), doctest::Contains("appears twice"), Error);
+        CHECK_THROWS_WITH_AS(dec.open(fc), doctest::Contains("sequence slots"), polyattn::CapacityError);
+        dec.close(c2);
+        const int closed[] = {c2}, one_token[] = {1};
+        CHECK_THROWS_WITH_AS(dec.decode(closed, one_token), doctest::Contains("is not open"), Error);
+        CHECK(dec.length(b) == 5);
+        const std::vector<int> too_many(444, 1);
+        CHECK_THROWS_WITH_AS(dec.prefill(b_seq, too_many), doctest::Contains("exceed the text context of 448"), Error);
+        const std::vector<int> fill(443, 1);
+        dec.prefill(b_seq, fill);  // exactly 448
+        CHECK(dec.length(b) == 448);
+        CHECK_THROWS_WITH_AS(dec.decode(b_seq, one_token), doctest::Contains("holds 448 tokens"), Error);
+        CHECK_THROWS_AS(dec.open(RowMatrixXf::Zero(1500, d + 1)), ModelError);
+      }());
+    }(DecoderCombinations{});
+    CHECK_THROWS_WITH_AS(Decoder<DefaultPolicies>(c, {.max_sequences = 0}), doctest::Contains("max_sequences must be >= 1"), Error);
     CHECK_THROWS_AS(encode(c, RowMatrixXf::Zero(80, 2999)), Error);
-    DecoderState full = begin_decoding(c, fc);
-    const std::vector<int> too_many(449, 1);
-    CHECK_THROWS_AS(decode_step(c, full, too_many), Error);
 
     // A missing tensor / wrong shape names the tensor.
     auto missing = tensors;

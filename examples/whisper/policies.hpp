@@ -1,0 +1,85 @@
+// The decoder policy combinations this example instantiates, and the one place where the
+// --self / --cross names become a DecoderPolicies type. To add a variant: write its policy
+// (self_attention.hpp / cross_attention.hpp document the interfaces), add the combinations
+// to DecoderCombinations; the CLI, the error messages and the tests follow the list.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <polyattn/cache/contiguous.hpp>
+#include <polyattn/cache/paged.hpp>
+#include <polyattn/dispatch.hpp>  // TypeList
+
+#include "cross_attention.hpp"
+#include "decoder.hpp"
+#include "error.hpp"
+#include "self_attention.hpp"
+
+namespace polyattn::whisper {
+
+using DefaultPolicies = DecoderPolicies<MhaSelfAttention<Nhd>, KvCrossAttention<Nhd>>;
+
+using DecoderCombinations = TypeList<DefaultPolicies,                                         //
+                                     DecoderPolicies<MhaSelfAttention<Paged<16>>, KvCrossAttention<Nhd>>>;
+
+namespace detail {
+
+template <class... Ps>
+std::vector<std::string> self_names(TypeList<Ps...>) {
+  std::vector<std::string> names;
+  (..., (std::find(names.begin(), names.end(), Ps::self_policy::name()) == names.end()
+             ? names.push_back(Ps::self_policy::name())
+             : void()));
+  return names;
+}
+
+template <class... Ps>
+std::vector<std::string> cross_names(TypeList<Ps...>) {
+  std::vector<std::string> names;
+  (..., (std::find(names.begin(), names.end(), Ps::cross_policy::name()) == names.end()
+             ? names.push_back(Ps::cross_policy::name())
+             : void()));
+  return names;
+}
+
+inline std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace detail
+
+// "--self mha/nhd --cross baseline, ..." for help texts and errors.
+template <class Combinations = DecoderCombinations>
+std::string available_policies() {
+  return []<class... Ps>(TypeList<Ps...>) {
+    std::vector<std::string> names{Ps::name()...};
+    return detail::joined(names);
+  }(Combinations{});
+}
+
+// Calls f(std::type_identity<DecoderPolicies<...>>{}) for the combination named by `self` and
+// `cross`; anything not in Combinations is an UnsupportedError that lists what is available.
+template <class Combinations = DecoderCombinations, class F>
+void dispatch_policies(const std::string& self, const std::string& cross, F&& f) {
+  const std::vector<std::string> selfs = detail::self_names(Combinations{}), crosses = detail::cross_names(Combinations{});
+  if (std::find(selfs.begin(), selfs.end(), self) == selfs.end())
+    throw UnsupportedError("--self '" + self + "' is not an instantiated self-attention policy; available: " +
+                           detail::joined(selfs));
+  if (std::find(crosses.begin(), crosses.end(), cross) == crosses.end())
+    throw UnsupportedError("--cross '" + cross + "' is not an instantiated cross-attention policy; available: " +
+                           detail::joined(crosses));
+  const bool found = polyattn::detail::find_type(
+      Combinations{},
+      [&]<class P>(std::type_identity<P>) { return P::self_policy::name() == self && P::cross_policy::name() == cross; },
+      [&]<class P>(std::type_identity<P>) { f(std::type_identity<P>{}); });
+  if (!found)
+    throw UnsupportedError("--self " + self + " with --cross " + cross + " is not instantiated; available: " +
+                           available_policies<Combinations>());
+}
+
+}  // namespace polyattn::whisper

@@ -1,0 +1,109 @@
+#include <doctest/doctest.h>
+
+#include <whisper/model.hpp>
+#include <whisper/policies.hpp>
+#include <whisper/wav.hpp>
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "test_util.hpp"
+
+using namespace polyattn::whisper;
+
+TEST_SUITE("policies") {
+  TEST_CASE("the dispatcher maps --self/--cross names to types and refuses others by name") {
+    using PagedBaseline = DecoderPolicies<MhaSelfAttention<polyattn::Paged<16>>, KvCrossAttention<polyattn::Nhd>>;
+    int calls = 0;
+    dispatch_policies("mha/paged16", "baseline", [&]<class P>(std::type_identity<P>) {
+      CHECK(std::is_same_v<P, PagedBaseline>);
+      ++calls;
+    });
+    dispatch_policies("mha/nhd", "baseline", [&]<class P>(std::type_identity<P>) {
+      CHECK(std::is_same_v<P, DefaultPolicies>);
+      ++calls;
+    });
+    CHECK(calls == 2);
+    CHECK(available_policies() == "--self mha/nhd --cross baseline, --self mha/paged16 --cross baseline");
+
+    auto never = [](auto) { FAIL("called for a refused name"); };
+    CHECK_THROWS_WITH_AS(dispatch_policies("slimk/nhd", "baseline", never),
+                         "--self 'slimk/nhd' is not an instantiated self-attention policy; available: mha/nhd, mha/paged16",
+                         UnsupportedError);
+    CHECK_THROWS_WITH_AS(dispatch_policies("mha/nhd", "e-cache", never),
+                         "--cross 'e-cache' is not an instantiated cross-attention policy; available: baseline",
+                         UnsupportedError);
+    CHECK_THROWS_AS(dispatch_policies("mha/hnd", "baseline", never), UnsupportedError);
+
+    // Known names that are not instantiated together are refused too, listing the pairs.
+    using Custom = polyattn::TypeList<DefaultPolicies, DecoderPolicies<MhaSelfAttention<polyattn::Hnd>, KvCrossAttention<polyattn::Hnd>>>;
+    struct OtherCross : KvCrossAttention<polyattn::Hnd> {
+      using KvCrossAttention<polyattn::Hnd>::KvCrossAttention;
+      static std::string name() { return "baseline-hnd"; }
+    };
+    using Crossed = polyattn::TypeList<DefaultPolicies, DecoderPolicies<MhaSelfAttention<polyattn::Hnd>, OtherCross>>;
+    dispatch_policies<Custom>("mha/hnd", "baseline", [&]<class P>(std::type_identity<P>) {
+      CHECK(std::is_same_v<typename P::self_policy, MhaSelfAttention<polyattn::Hnd>>);
+    });
+    CHECK_THROWS_WITH_AS(dispatch_policies<Crossed>("mha/nhd", "baseline-hnd", never),
+                         "--self mha/nhd with --cross baseline-hnd is not instantiated; available: --self mha/nhd --cross "
+                         "baseline, --self mha/hnd --cross baseline-hnd",
+                         UnsupportedError);
+  }
+
+  TEST_CASE("batched decoding: each file's tokens equal decoding it alone") {
+    const std::string dir = whisper_test::model_dir();
+    const std::string wav = whisper_test::data_file("jfk.wav");
+    if (!whisper_test::have_file(dir + "/model.bin") || !whisper_test::have_file(wav)) return;
+    const WhisperModel model = WhisperModel::load_ct2(dir);
+    const std::vector<float> jfk = load_wav_16k_mono(wav);
+    // jfk (11 s), its first 4 s (ends sooner), and 41 s: jfk, silence to 30 s, jfk (two windows).
+    std::vector<float> twice(static_cast<std::size_t>(16000 * 30), 0.0f);
+    std::copy(jfk.begin(), jfk.end(), twice.begin());
+    twice.insert(twice.end(), jfk.begin(), jfk.end());
+    const std::vector<std::vector<float>> files{jfk, std::vector<float>(jfk.begin(), jfk.begin() + 4 * 16000), twice};
+
+    std::vector<Transcript> alone;
+    for (const auto& f : files) alone.push_back(model.transcribe(f, {.batch = 1, .threads = 2}));
+    for (const auto& t : alone) MESSAGE("alone: " << t.windows << " window(s), " << t.tokens.size() << " tokens: \"" << t.text << "\"");
+    CHECK(alone[0].tokens.size() == 24);
+    CHECK(alone[1].tokens.size() < alone[0].tokens.size());
+    CHECK(alone[2].windows == 2);
+    CHECK(alone[2].tokens.size() > alone[0].tokens.size());
+    CHECK(alone[2].text.find("ask not what your country") != alone[2].text.rfind("ask not what your country"));
+
+    auto check_batched = [&]<class P>(std::type_identity<P>, int batch) {
+      INFO(P::name() << ", batch " << batch);
+      std::vector<std::pair<std::size_t, int>> progress;
+      TranscribeOptions opt{.batch = batch, .threads = 2};
+      opt.on_window = [&](std::size_t file, int done, int total) {
+        progress.emplace_back(file, done);
+        CHECK(total == alone[file].windows);
+      };
+      const Transcription r = model.transcribe<P>(std::span<const std::vector<float>>(files), opt);
+      REQUIRE(r.files.size() == files.size());
+      for (std::size_t f = 0; f < files.size(); ++f) {
+        INFO("file " << f);
+        CHECK(r.files[f].tokens == alone[f].tokens);
+        CHECK(r.files[f].text == alone[f].text);
+        CHECK(r.files[f].windows == alone[f].windows);
+      }
+      CHECK(progress.size() == 4);  // every window reported once
+      CHECK(r.report.windows == 4);
+      CHECK(r.report.max_batch == std::min(batch, 4));
+      std::size_t tokens = 0;
+      for (const auto& t : alone) tokens += t.tokens.size();
+      CHECK(r.report.text_tokens == tokens);
+      // Memory: the cross cache holds 1500 frames per live window; self tokens are counted.
+      CHECK(r.report.peak.cross.tokens == std::size_t(1500) * std::size_t(std::min(batch, 4)));
+      CHECK(r.report.peak.cross.bytes_held == r.report.peak.cross.tokens * r.report.peak.cross.bytes_per_token);
+      CHECK(r.report.peak.self.bytes_per_token == std::size_t(4 * 2 * 384 * 4));
+      CHECK(r.report.peak.self.tokens > 0);
+    };
+    // batch 2: windows join as others finish (continuous batching); batch 8: all at once.
+    check_batched(std::type_identity<DefaultPolicies>{}, 2);
+    check_batched(std::type_identity<DecoderPolicies<MhaSelfAttention<polyattn::Paged<16>>, KvCrossAttention<>>>{}, 8);
+  }
+}
