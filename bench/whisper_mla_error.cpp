@@ -25,7 +25,7 @@ Eigen::MatrixXd gaussian(int rows, int cols, std::mt19937& rng, double sigma) {
   return m;
 }
 
-void sweep(const char* title, const MhaWeights& w, const Eigen::MatrixXd& x, int kept_pairs, std::initializer_list<int> ranks) {
+void sweep(const char* title, const MlaSourceWeights& w, const Eigen::MatrixXd& x, int kept_pairs, std::initializer_list<int> ranks) {
   const int mha_elems = 2 * w.width(), kept = 2 * kept_pairs * w.n_heads;
   std::printf("\n%s (d_model %d, %d heads x %d, keep %d pairs/head = %d dims)\n", title, w.model_dim(), w.n_heads, w.head_dim, kept_pairs,
               kept);
@@ -34,15 +34,15 @@ void sweep(const char* title, const MhaWeights& w, const Eigen::MatrixXd& x, int
     const WhisperMlaDecomposition dec(w, select_kept_pairs(w, kept_pairs, sel, x));
     for (int r : ranks) {
       if (r > dec.max_rank()) continue;
-      const ConversionError e = measure_conversion(w, dec.truncate(r), x);
+      const ConversionReport e = measure_conversion(w, dec.truncate(r), x);
       std::printf("| %s | %d | %d | %.1f%% | %.4f | %.4f | %.4f | %.4f | %.4f |\n", sel == KeepSelection::uniform ? "uniform" : "2-norm", r,
                   r + kept, 100.0 * (1.0 - double(r + kept) / mha_elems), dec.weight_error(r), e.key, e.value, e.kv, e.output);
     }
   }
 }
 
-MhaWeights random_mha(int heads, int d_model, std::mt19937& rng, int true_rank) {
-  MhaWeights w;
+MlaSourceWeights random_mha(int heads, int d_model, std::mt19937& rng, int true_rank) {
+  MlaSourceWeights w;
   w.n_heads = heads;
   w.head_dim = 64;
   const int width = heads * 64;
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
     for (std::size_t l = 0; l < ww.decoder.size(); ++l) {
       const whisper::DecoderBlock& b = ww.decoder[l];
       const Eigen::MatrixXd xl = whisper::layer_norm(h, b.self_ln).cast<double>();
-      MhaWeights w;
+      MlaSourceWeights w;
       w.n_heads = heads;
       w.head_dim = d / heads;
       // Linear weights are (out, in) with rows [q; k; v]: x W = x weightᵀ.

@@ -27,8 +27,8 @@ Eigen::MatrixXd gaussian(int rows, int cols, std::mt19937& rng, double sigma = 1
 }
 
 /// Random MHA weights scaled like a trained layer (x W has entries of order 1 for x of order 1).
-MhaWeights random_mha(int n_heads, int head_dim, int d_model, std::mt19937& rng) {
-  MhaWeights w;
+MlaSourceWeights random_mha(int n_heads, int head_dim, int d_model, std::mt19937& rng) {
+  MlaSourceWeights w;
   w.n_heads = n_heads;
   w.head_dim = head_dim;
   const double sigma = 1.0 / std::sqrt(double(d_model));
@@ -42,8 +42,8 @@ MhaWeights random_mha(int n_heads, int head_dim, int d_model, std::mt19937& rng)
 
 /// Keys and values read one shared `true_rank` subspace of the input, plus small noise: what MLA's
 /// shared latent can capture exactly.
-MhaWeights structured_mha(int n_heads, int head_dim, int d_model, int true_rank, std::mt19937& rng) {
-  MhaWeights w = random_mha(n_heads, head_dim, d_model, rng);
+MlaSourceWeights structured_mha(int n_heads, int head_dim, int d_model, int true_rank, std::mt19937& rng) {
+  MlaSourceWeights w = random_mha(n_heads, head_dim, d_model, rng);
   const Eigen::MatrixXd basis = gaussian(d_model, true_rank, rng, 1.0 / std::sqrt(double(d_model)));
   w.w_k = basis * gaussian(true_rank, n_heads * head_dim, rng, 1.0 / std::sqrt(double(true_rank))) +
           gaussian(d_model, n_heads * head_dim, rng, 0.01 / std::sqrt(double(d_model)));
@@ -67,7 +67,7 @@ void check_throws_with(F&& f, const std::string& needle) {
 
 TEST_CASE("kept pairs: uniform spacing, 2-norm ranking, permutations inside each head") {
   std::mt19937 rng(1);
-  MhaWeights w = random_mha(4, 16, 64, rng);
+  MlaSourceWeights w = random_mha(4, 16, 64, rng);
   const auto uniform = select_kept_pairs(w, 2, KeepSelection::uniform);
   for (const auto& head : uniform) CHECK(head == std::vector<int>{0, 4});  // floor(k * 8 / 2)
   CHECK(select_kept_pairs(w, 3, KeepSelection::uniform)[0] == std::vector<int>{0, 2, 5});
@@ -94,14 +94,14 @@ TEST_CASE("kept pairs: uniform spacing, 2-norm ranking, permutations inside each
 
 TEST_CASE("at full rank the conversion reproduces MHA to rounding, for both selections and Sigma splits") {
   std::mt19937 rng(2);
-  const MhaWeights w = random_mha(4, 16, 64, rng);
+  const MlaSourceWeights w = random_mha(4, 16, 64, rng);
   const Eigen::MatrixXd x = gaussian(40, 64, rng);
   for (KeepSelection sel : {KeepSelection::uniform, KeepSelection::two_norm})
     for (SigmaSplit split : {SigmaSplit::symmetric, SigmaSplit::into_up}) {
       const WhisperMlaDecomposition dec(w, select_kept_pairs(w, 2, sel, x));
       CHECK(dec.max_rank() == 64);
       const WhisperMlaWeights c = dec.truncate(dec.max_rank(), split);
-      const ConversionError e = measure_conversion(w, c, x);
+      const ConversionReport e = measure_conversion(w, c, x);
       INFO("selection ", int(sel), " split ", int(split));
       CHECK(e.key <= 1e-12);
       CHECK(e.value <= 1e-12);
@@ -113,7 +113,7 @@ TEST_CASE("at full rank the conversion reproduces MHA to rounding, for both sele
 TEST_CASE_TEMPLATE("the converted Mla layer through Attention equals MHA (full rank, fp32)", L, Nhd, Hnd, Paged<8>) {
   using V = Mla<64, 4, MlaKeyPart::preserved>;
   std::mt19937 rng(3);
-  const MhaWeights w = random_mha(4, 16, 64, rng);
+  const MlaSourceWeights w = random_mha(4, 16, 64, rng);
   const Eigen::MatrixXd x = gaussian(30, 64, rng);
   const WhisperMlaWeights c = convert_whisper_mla(w, {.kept_pairs = 2, .latent_rank = 64});
   const AttentionShape shape{4, 16, 64};
@@ -144,13 +144,13 @@ TEST_CASE("below full rank the error falls as the rank grows (random and structu
   std::mt19937 rng(4);
   const Eigen::MatrixXd x = gaussian(48, 64, rng);
   for (bool structured : {false, true}) {
-    const MhaWeights w = structured ? structured_mha(4, 16, 64, 6, rng) : random_mha(4, 16, 64, rng);
+    const MlaSourceWeights w = structured ? structured_mha(4, 16, 64, 6, rng) : random_mha(4, 16, 64, rng);
     const WhisperMlaDecomposition dec(w, select_kept_pairs(w, 2, KeepSelection::uniform));
-    ConversionError prev{0, 2, 2, 2, 2};
+    ConversionReport prev{0, 2, 2, 2, 2};
     double prev_weight = 2;
     std::string table = structured ? "structured (rank 6 + 1% noise)\n" : "random\n";
     for (int r : {1, 2, 4, 6, 8, 12, 16, 24, 32, 40, 48, 56, 64}) {
-      const ConversionError e = measure_conversion(w, dec.truncate(r), x);
+      const ConversionReport e = measure_conversion(w, dec.truncate(r), x);
       const double we = dec.weight_error(r);
       table += "  rank " + std::to_string(r) + ": weight " + std::to_string(we) + "  K " + std::to_string(e.key) + "  V " +
                std::to_string(e.value) + "  KV " + std::to_string(e.kv) + "  out " + std::to_string(e.output) + "\n";
@@ -168,7 +168,7 @@ TEST_CASE("below full rank the error falls as the rank grows (random and structu
     MESSAGE(table);
     CHECK(prev.output <= 1e-12);
     if (structured) {  // the shared 6-dim subspace: rank 6 leaves only the noise
-      const ConversionError at6 = measure_conversion(w, dec.truncate(6), x);
+      const ConversionReport at6 = measure_conversion(w, dec.truncate(6), x);
       CHECK(at6.kv < 0.05);
     }
   }
@@ -176,7 +176,7 @@ TEST_CASE("below full rank the error falls as the rank grows (random and structu
 
 TEST_CASE("bad conversion inputs are clear errors") {
   std::mt19937 rng(5);
-  MhaWeights w = random_mha(4, 16, 64, rng);
+  MlaSourceWeights w = random_mha(4, 16, 64, rng);
   const Eigen::MatrixXd x = gaussian(10, 64, rng);
   check_throws_with<ShapeError>([&] { convert_whisper_mla(w, {.kept_pairs = 2, .latent_rank = 65}); },
                                 "latent rank 65 is out of range [1, 64]");
@@ -195,7 +195,7 @@ TEST_CASE("bad conversion inputs are clear errors") {
   check_throws_with<ShapeError>([&] { (void)c.mla_params<Mla<32, 4, MlaKeyPart::preserved>>(); },
                                 "weights have latent rank 16 and 4 kept dims per head, but the policy is mla_r32_keep4");
 
-  MhaWeights bad = w;
+  MlaSourceWeights bad = w;
   bad.w_k = gaussian(64, 60, rng);
   check_throws_with<ShapeError>([&] { convert_whisper_mla(bad, {}); }, "w_k is (64, 60), expected (d_model, n_heads * head_dim) = (64, 64)");
   bad = w;

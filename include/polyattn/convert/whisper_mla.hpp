@@ -43,8 +43,10 @@ namespace polyattn::convert {
 enum class KeepSelection { uniform, two_norm };
 enum class SigmaSplit { symmetric, into_up };
 
-/// Pretrained MHA self-attention, x·W convention: q = x w_q + b_q, k = x w_k, v = x w_v + b_v.
-struct MhaWeights {
+/// Pretrained MHA self-attention in double, x·W convention: q = x w_q + b_q, k = x w_k, v = x w_v + b_v.
+/// (The slim conversion's polyattn::MhaWeights holds the same layer in float with all biases; one
+/// type for both is a planned clean-up.)
+struct MlaSourceWeights {
   int n_heads = 0;
   int head_dim = 0;
   Eigen::MatrixXd w_q, w_k, w_v;  ///< (d_model, n_heads * head_dim), heads adjacent
@@ -94,7 +96,7 @@ struct WhisperMlaWeights {
 
 namespace detail {
 
-inline void check_mha(const MhaWeights& w) {
+inline void check_mha(const MlaSourceWeights& w) {
   require<ShapeError>(w.n_heads >= 1 && w.head_dim >= 2 && w.head_dim % 2 == 0, "whisper_mla: need n_heads >= 1 and an even head_dim >= 2, got ",
                       w.n_heads, " and ", w.head_dim);
   const auto check = [&](const Eigen::MatrixXd& m, const char* name) {
@@ -111,7 +113,7 @@ inline void check_mha(const MhaWeights& w) {
                       w.width());
 }
 
-inline void check_calibration(const MhaWeights& w, const Eigen::MatrixXd& x) {
+inline void check_calibration(const MlaSourceWeights& w, const Eigen::MatrixXd& x) {
   require<ShapeError>(x.rows() >= 1, "whisper_mla: calibration inputs are empty; give (tokens, d_model) rows");
   require<ShapeError>(x.cols() == w.model_dim(), "whisper_mla: calibration inputs have ", x.cols(), " columns, expected d_model = ",
                       w.model_dim());
@@ -132,7 +134,7 @@ inline Eigen::MatrixXd permute_columns(const Eigen::MatrixXd& m, const std::vect
 
 /// Which key pairs each head keeps (ascending pair indices per head). `calibration`
 /// (tokens, d_model) is read by two_norm only.
-inline std::vector<std::vector<int>> select_kept_pairs(const MhaWeights& w, int kept_pairs, KeepSelection how,
+inline std::vector<std::vector<int>> select_kept_pairs(const MlaSourceWeights& w, int kept_pairs, KeepSelection how,
                                                        const Eigen::MatrixXd& calibration = {}) {
   detail::check_mha(w);
   const int pairs = w.head_dim / 2;
@@ -165,7 +167,7 @@ inline std::vector<std::vector<int>> select_kept_pairs(const MhaWeights& w, int 
 /// Kept pairs, per-head permutation and the full joint SVD; truncate() gives any rank cheaply.
 class WhisperMlaDecomposition {
  public:
-  WhisperMlaDecomposition(const MhaWeights& w, std::vector<std::vector<int>> kept) : mha_(w), kept_(std::move(kept)) {
+  WhisperMlaDecomposition(const MlaSourceWeights& w, std::vector<std::vector<int>> kept) : mha_(w), kept_(std::move(kept)) {
     detail::check_mha(w);
     require<ShapeError>(int(kept_.size()) == w.n_heads, "whisper_mla: ", kept_.size(), " kept-pair lists for ", w.n_heads, " heads");
     const int pairs = w.head_dim / 2;
@@ -218,7 +220,7 @@ class WhisperMlaDecomposition {
 
   WhisperMlaWeights truncate(int rank, SigmaSplit split = SigmaSplit::symmetric) const {
     check_rank(rank);
-    const MhaWeights& w = mha_;
+    const MlaSourceWeights& w = mha_;
     const int nope = w.head_dim - kept_dims_;
     WhisperMlaWeights out;
     out.n_heads = w.n_heads;
@@ -250,7 +252,7 @@ class WhisperMlaDecomposition {
                         "] (min(d_model, n_heads * (2 * head_dim - kept_dims)))");
   }
 
-  MhaWeights mha_;
+  MlaSourceWeights mha_;
   std::vector<std::vector<int>> kept_;
   int kept_dims_ = 0;
   std::vector<int> perm_;
@@ -267,12 +269,12 @@ struct WhisperMlaOptions {
 };
 
 /// One-shot conversion; `calibration` (tokens, d_model) is needed for two_norm selection only.
-inline WhisperMlaWeights convert_whisper_mla(const MhaWeights& w, const WhisperMlaOptions& o, const Eigen::MatrixXd& calibration = {}) {
+inline WhisperMlaWeights convert_whisper_mla(const MlaSourceWeights& w, const WhisperMlaOptions& o, const Eigen::MatrixXd& calibration = {}) {
   return WhisperMlaDecomposition(w, select_kept_pairs(w, o.kept_pairs, o.selection, calibration)).truncate(o.latent_rank, o.split);
 }
 
 /// Relative Frobenius errors of a conversion on calibration inputs.
-struct ConversionError {
+struct ConversionReport {
   int rank = 0;
   double key = 0;     ///< ||K^ - K|| / ||K||   (K^ un-permuted; kept dims are exact)
   double value = 0;   ///< ||V^ - V|| / ||V||
@@ -299,7 +301,7 @@ inline Eigen::MatrixXd causal_attention(const Eigen::MatrixXd& q, const Eigen::M
 }
 }  // namespace detail
 
-inline ConversionError measure_conversion(const MhaWeights& w, const WhisperMlaWeights& c, const Eigen::MatrixXd& calibration) {
+inline ConversionReport measure_conversion(const MlaSourceWeights& w, const WhisperMlaWeights& c, const Eigen::MatrixXd& calibration) {
   detail::check_mha(w);
   detail::check_calibration(w, calibration);
   require<ShapeError>(c.n_heads == w.n_heads && c.head_dim == w.head_dim && int(c.permutation.size()) == w.width(),
@@ -320,7 +322,7 @@ inline ConversionError measure_conversion(const MhaWeights& w, const WhisperMlaW
   const Eigen::MatrixXd v_hat = detail::add_bias(lat * c.w_uv, c.b_v);
   const Eigen::MatrixXd q_perm = detail::add_bias(x * c.w_q, c.b_q);
 
-  ConversionError e;
+  ConversionReport e;
   e.rank = c.latent_rank;
   const double dk2 = (k_hat - k).squaredNorm(), dv2 = (v_hat - v).squaredNorm();
   e.key = std::sqrt(dk2 / k.squaredNorm());
