@@ -1,5 +1,4 @@
-// Eigen aliases used at the API boundary, and strided views of one head inside a row-major
-// (tokens, heads * dim) buffer.
+// Eigen aliases used at the API boundary: row-major, so a token is one contiguous row.
 #pragma once
 
 #include <Eigen/Core>
@@ -14,14 +13,5 @@ using RowMatrixXf = RowMatrix<float>;
 using ConstMatrixRef = Eigen::Ref<const RowMatrixXf>;
 /// Writable (tokens, features) output.
 using MatrixRef = Eigen::Ref<RowMatrixXf>;
-
-/// (tokens, dim) view of head `head` inside a row-major (tokens, heads * dim) buffer, without copying.
-template <class T>
-auto head_view(T* data, int tokens, int row_stride, int head, int dim) {
-  using Mapped = std::conditional_t<std::is_const_v<T>, const RowMatrix<std::remove_const_t<T>>,
-                                    RowMatrix<T>>;
-  return Eigen::Map<Mapped, Eigen::Unaligned, Eigen::OuterStride<>>(
-      data + std::ptrdiff_t(head) * dim, tokens, dim, Eigen::OuterStride<>(row_stride));
-}
 
 }  // namespace polyattn

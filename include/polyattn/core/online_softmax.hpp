@@ -21,8 +21,6 @@ struct SoftmaxState {
   Acc max = kNegativeInfinity<Acc>;
   Acc sum = Acc(0);
 
-  bool empty() const { return sum == Acc(0); }
-
   /// Raises the running max to at least `block_max`; returns the factor by which the sum (done
   /// here) and the caller's accumulators must be multiplied.
   POLYATTN_HOST_DEVICE Acc raise_max(Acc block_max) {
