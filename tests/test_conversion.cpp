@@ -13,22 +13,10 @@
 #include <polyattn/variants/x_cache.hpp>
 
 #include "support/mha_layer.hpp"
+#include "support/check_throws.hpp"
 
 using namespace polyattn;
 using namespace polyattn::testing;
-
-namespace {
-template <class E, class F>
-void check_throws_with(F&& f, const std::string& needle) {
-  try {
-    f();
-    FAIL("expected an exception mentioning: ", needle);
-  } catch (const E& e) {
-    INFO("message: ", std::string(e.what()));
-    CHECK(std::string(e.what()).find(needle) != std::string::npos);
-  }
-}
-}  // namespace
 
 TEST_CASE("a singular W_k is refused") {
   std::mt19937 rng(1);

@@ -7,23 +7,11 @@
 #include <polyattn/polyattn.hpp>
 
 #include "support/dense_oracle.hpp"
+#include "support/check_throws.hpp"
 
 using namespace polyattn;
+using polyattn::testing::check_throws_with;
 using polyattn::testing::random_matrix;
-
-namespace {
-/// Checks that `f` throws E and that the message contains `needle`.
-template <class E, class F>
-void check_throws_with(F&& f, const std::string& needle) {
-  try {
-    f();
-    FAIL("expected an exception mentioning: ", needle);
-  } catch (const E& e) {
-    INFO("message: ", e.what());
-    CHECK(std::string(e.what()).find(needle) != std::string::npos);
-  }
-}
-}  // namespace
 
 TEST_CASE("mismatched shapes are rejected with the offending numbers") {
   Attention<Gqa<2>, Nhd, exec::CpuSimd> attn({6, 16}, {.max_sequences = 2, .capacity = 8}, {}, 1);

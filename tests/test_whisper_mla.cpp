@@ -12,6 +12,7 @@
 #include <polyattn/polyattn.hpp>
 
 #include "support/latent_oracle.hpp"
+#include "support/check_throws.hpp"
 
 using namespace polyattn;
 using namespace polyattn::testing;
@@ -50,17 +51,6 @@ MlaSourceWeights structured_mha(int n_heads, int head_dim, int d_model, int true
   w.w_v = basis * gaussian(true_rank, n_heads * head_dim, rng, 1.0 / std::sqrt(double(true_rank))) +
           gaussian(d_model, n_heads * head_dim, rng, 0.01 / std::sqrt(double(d_model)));
   return w;
-}
-
-template <class E, class F>
-void check_throws_with(F&& f, const std::string& needle) {
-  try {
-    f();
-    FAIL("expected an exception mentioning: ", needle);
-  } catch (const E& e) {
-    INFO("message: ", e.what());
-    CHECK(std::string(e.what()).find(needle) != std::string::npos);
-  }
 }
 
 }  // namespace
