@@ -34,15 +34,7 @@ void BM_Decode(benchmark::State& state) {
 
   RowMatrixXf q = RowMatrixXf::NullaryExpr(batch, shape.query_width(), [&] { return dist(rng); });
   RowMatrixXf out(batch, shape.query_width());
-  bench::read_bandwidth();  // measured before timing starts
-  for (auto _ : state) {
-    attn.attend(seqs, q, out);
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
-  }
-  const std::size_t per_token = A::cache_bytes_per_token(shape);
-  bench::report_bandwidth(state, per_token, per_token * std::size_t(length) * std::size_t(batch));
-  state.SetLabel(A::name());
+  bench::time_attend_steps(state, attn, seqs, q, out);
 }
 
 void WhisperShapes(benchmark::internal::Benchmark* b) {
@@ -56,14 +48,10 @@ void LayoutShape(benchmark::internal::Benchmark* b) {
   b->Args({6, 4096, 16})->ArgNames({"heads", "L", "batch"})->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 }
 
-/// The roofline itself, as its own row of the report.
-void BM_ReadBandwidth(benchmark::State& state) {
-  for (auto _ : state) benchmark::DoNotOptimize(bench::read_bandwidth());
-  state.counters["GB_per_s"] = bench::read_bandwidth() * 1e-9;
-}
 
 }  // namespace
 
+using polyattn::bench::BM_ReadBandwidth;
 BENCHMARK(BM_ReadBandwidth)->Iterations(1);
 BENCHMARK(BM_Decode<polyattn::Mha, polyattn::Nhd>)->Apply(WhisperShapes);
 BENCHMARK(BM_Decode<polyattn::Gqa<2>, polyattn::Nhd>)->Apply(WhisperShapes);

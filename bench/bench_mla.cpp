@@ -85,17 +85,8 @@ void BM_LatentDecode(benchmark::State& state) {
 
   const RowMatrixXf q = uniform(batch, Variant::query_width(shape), rng);
   RowMatrixXf out(batch, Variant::output_width(shape));
-  bench::read_bandwidth();  // measured before timing starts
-  for (auto _ : state) {
-    attn.attend(seqs, q, out);
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
-  }
-  std::size_t step_bytes = 0;
-  for (int seq : seqs) step_bytes += attn.cache_bytes_used(seq);
-  bench::report_bandwidth(state, A::cache_bytes_per_token(shape), step_bytes);
+  bench::time_attend_steps(state, attn, seqs, q, out);
   state.counters["cache_B_per_row"] = double(A::cache_bytes_per_row(shape));
-  state.SetLabel(A::name());
 }
 
 void Shapes(benchmark::internal::Benchmark* b, int heads) {
@@ -106,13 +97,10 @@ void Shapes(benchmark::internal::Benchmark* b, int heads) {
 void PaperShape(benchmark::internal::Benchmark* b) { Shapes(b, 8); }
 void WhisperSmallShape(benchmark::internal::Benchmark* b) { Shapes(b, 12); }
 
-void BM_ReadBandwidth(benchmark::State& state) {
-  for (auto _ : state) benchmark::DoNotOptimize(bench::read_bandwidth());
-  state.counters["GB_per_s"] = bench::read_bandwidth() * 1e-9;
-}
 
 }  // namespace
 
+using polyattn::bench::BM_ReadBandwidth;
 BENCHMARK(BM_ReadBandwidth)->Iterations(1);
 BENCHMARK(BM_LatentDecode<polyattn::Mha>)->Apply(PaperShape);
 BENCHMARK(BM_LatentDecode<polyattn::Gqa<2>>)->Apply(PaperShape);

@@ -74,15 +74,7 @@ void BM_SelfDecode(benchmark::State& state) {
 
   const RowMatrixXf q = random_rows(batch, V::query_width(shape), rng);
   RowMatrixXf out(batch, V::output_width(shape));
-  bench::read_bandwidth();  // measured before timing starts
-  for (auto _ : state) {
-    attn.attend(seqs, q, out);
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
-  }
-  const std::size_t per_token = A::cache_bytes_per_token(shape);
-  bench::report_bandwidth(state, per_token, per_token * std::size_t(length) * std::size_t(batch));
-  state.SetLabel(A::name());
+  bench::time_attend_steps(state, attn, seqs, q, out);
 }
 
 void SelfShapes(benchmark::internal::Benchmark* b) {
@@ -149,13 +141,10 @@ void CrossShapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"heads", "batch"})->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
 }
 
-void BM_ReadBandwidth(benchmark::State& state) {
-  for (auto _ : state) benchmark::DoNotOptimize(bench::read_bandwidth());
-  state.counters["GB_per_s"] = bench::read_bandwidth() * 1e-9;
-}
 
 }  // namespace
 
+using polyattn::bench::BM_ReadBandwidth;
 BENCHMARK(BM_ReadBandwidth)->Iterations(1);
 BENCHMARK(BM_SelfDecode<polyattn::Mha>)->Apply(SelfShapes);
 BENCHMARK(BM_SelfDecode<polyattn::SlimK2>)->Apply(SelfShapes);

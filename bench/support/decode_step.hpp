@@ -40,4 +40,26 @@ inline void report_bandwidth(benchmark::State& state, std::size_t bytes_per_toke
   state.counters["of_read_bw"] = Counter(double(bytes_per_step) / read_bandwidth(), Counter::kIsIterationInvariantRate);
 }
 
+/// Times decode steps (one query per sequence over everything it has cached) and reports the
+/// counters above; bytes read per step are the cache rows the sequences hold.
+template <class A>
+void time_attend_steps(benchmark::State& state, A& attn, const std::vector<int>& seqs, ConstMatrixRef q, MatrixRef out) {
+  read_bandwidth();  // measured before timing starts
+  for (auto _ : state) {
+    attn.attend(seqs, q, out);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  std::size_t step_bytes = 0;
+  for (int seq : seqs) step_bytes += attn.cache_bytes_used(seq);
+  report_bandwidth(state, A::cache_bytes_per_token(attn.shape()), step_bytes);
+  state.SetLabel(A::name());
+}
+
+/// The roofline itself, as its own row of a report (register with BENCHMARK(BM_ReadBandwidth)).
+inline void BM_ReadBandwidth(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(read_bandwidth());
+  state.counters["GB_per_s"] = read_bandwidth() * 1e-9;
+}
+
 }  // namespace polyattn::bench
