@@ -1,19 +1,25 @@
 // Decoder cross-attention policies. Unlike self-attention, one policy object C serves every
 // decoder layer, so a cache shared by all layers fits: a shared E-cache holds the encoder
 // output once and each layer reads it through its own weights; a hybrid keeps layer 0's K
-// and derives E from it. Per-layer caches (the baseline) are a vector inside C.
+// and derives E from it.
 //
 //   C::name()                                    the --cross name, e.g. "baseline"
 //   C(const WhisperWeights&, const DecoderConfig&)
-//   int  open(encoder_output)     (n_audio_ctx, d) of one audio window: computes what the
-//                                 layers will read (once per window) and returns its sequence
+//   int  open(encoder_output)     (n_audio_ctx, d) of one audio window; returns its sequence
 //   void close(int seq)
 //   void attend(layer, seqs, x, out)  x: (B, d) layer-normed decoder states, one per sequence;
 //                                 out: (B, d) after the layer's output projection
 //   CacheUse cache_use() const    over all layers; bytes_per_token is per audio frame
+//   std::string note() const      what the conversion measured ("" if nothing)
 //
 // The decoder calls attend once per layer and query position (a prompt of n tokens is n calls),
 // after checking the sequence ids.
+//
+// The policies are the library's CrossAttention<Option> (polyattn/variants/cross_cache.hpp):
+//   baseline  per layer K and V (2 d floats per frame and layer)
+//   k-only    per layer K, V = K W_kv (slim attention; d per frame and layer)
+//   e-cache   the encoder output E once for all layers (d per frame)
+//   hybrid    layer 0's K once for all layers (d per frame)
 #pragma once
 
 #include <concepts>
@@ -22,13 +28,12 @@
 #include <string>
 #include <vector>
 
-#include <polyattn/attention.hpp>
 #include <polyattn/cache/contiguous.hpp>
 #include <polyattn/exec/cpu/cpu_simd.hpp>
-#include <polyattn/variants/mha_gqa.hpp>
+#include <polyattn/variants/cross_cache.hpp>
 
+#include "attention_weights.hpp"
 #include "error.hpp"
-#include "layers.hpp"
 #include "matrix.hpp"
 #include "self_attention.hpp"  // DecoderConfig, CacheUse
 #include "weights.hpp"
@@ -44,74 +49,79 @@ concept CrossAttentionPolicy =
       c.close(seq);
       c.attend(layer, seqs, x, out);
       { cc.cache_use() } -> std::same_as<CacheUse>;
+      { cc.note() } -> std::convertible_to<std::string>;
     };
 
-// The baseline: every layer caches its cross K and V (E W_k, E W_v + b_v) for each window,
-// computed once when the window is opened, and attends over them at every step.
-template <class Layout = Nhd, class Executor = exec::CpuSimd>
-class KvCrossAttention {
+// Hnd by default: the per-layer K/V of the baseline stream head by head (bench_decode: Hnd reads
+// at 0.83-0.94 of DRAM bandwidth, Nhd at 0.32-0.52); the other options cache one head.
+template <class Option, class Layout = Hnd, class Executor = exec::CpuSimd>
+class CrossCacheAttention {
  public:
-  using attention_type = Attention<Mha, Layout, Executor, float>;
+  using attention_type = CrossAttention<Option, Layout, Executor>;
 
-  static std::string name() { return "baseline"; }
+  static std::string name() { return Option::name(); }
 
-  KvCrossAttention(const WhisperWeights& w, const DecoderConfig& cfg) : w_(&w) {
-    const WhisperDims& d = w.dims;
-    layers_.reserve(w.decoder.size());
-    for (std::size_t l = 0; l < w.decoder.size(); ++l)
-      layers_.emplace_back(AttentionShape{.n_heads = d.n_text_head, .head_dim = d.n_text_state / d.n_text_head},
-                           CacheConfig{.max_sequences = cfg.max_sequences, .capacity = d.n_audio_ctx},
-                           typename attention_type::Params{}, cfg.threads);
-  }
+  CrossCacheAttention(const WhisperWeights& w, const DecoderConfig& cfg)
+      : dims_(w.dims),
+        cross_({.n_heads = w.dims.n_text_head, .head_dim = w.dims.n_text_state / w.dims.n_text_head, .model_dim = w.dims.n_text_state},
+               layer_weights(w), {.max_sequences = cfg.max_sequences, .capacity = w.dims.n_audio_ctx}, cfg.threads),
+        frames_(static_cast<std::size_t>(cfg.max_sequences), 0) {}
 
   int open(ConstMatrixRef encoder_output) {
-    const WhisperDims& d = w_->dims;
-    if (encoder_output.cols() != d.n_text_state || encoder_output.rows() < 1 || encoder_output.rows() > d.n_audio_ctx)
+    if (encoder_output.cols() != dims_.n_text_state || encoder_output.rows() < 1 || encoder_output.rows() > dims_.n_audio_ctx)
       throw ModelError("cross-attention: encoder output is " + std::to_string(encoder_output.rows()) + "x" +
-                       std::to_string(encoder_output.cols()) + ", expected at most " + std::to_string(d.n_audio_ctx) +
-                       " frames of " + std::to_string(d.n_text_state));
-    int seq = -1;
-    for (std::size_t l = 0; l < layers_.size(); ++l) {
-      const int s = layers_[l].open_sequence();
-      if (l == 0) seq = s;
-      if (s != seq) throw Error("cross-attention: layer caches disagree on the sequence slot");
-      kv_.resize(encoder_output.rows(), 2 * d.n_text_state);
-      linear_into(encoder_output, w_->decoder[l].cross_kv, kv_);  // (frames, 2d): [k | v]
-      layers_[l].append(s, {kv_.leftCols(d.n_text_state), kv_.rightCols(d.n_text_state)});
+                       std::to_string(encoder_output.cols()) + ", expected 1 to " + std::to_string(dims_.n_audio_ctx) +
+                       " frames of " + std::to_string(dims_.n_text_state));
+    const int seq = cross_.open_sequence();
+    try {
+      cross_.set_encoder_output(seq, encoder_output);
+    } catch (...) {
+      cross_.close_sequence(seq);
+      throw;
     }
+    frames_[static_cast<std::size_t>(seq)] = static_cast<std::size_t>(encoder_output.rows());
     return seq;
   }
 
   void close(int seq) {
-    for (auto& a : layers_) a.close_sequence(seq);
+    cross_.close_sequence(seq);
+    frames_[static_cast<std::size_t>(seq)] = 0;
   }
 
-  void attend(int layer, std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) {
-    const DecoderBlock& b = w_->decoder[static_cast<std::size_t>(layer)];
-    q_.resize(x.rows(), x.cols());
-    linear_into(x, b.cross_q, q_);
-    att_.resize(x.rows(), x.cols());
-    layers_[static_cast<std::size_t>(layer)].attend(seqs, q_, att_);
-    linear_into(att_, b.cross_out, out);
-  }
+  void attend(int layer, std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) { cross_.attend(layer, seqs, x, out); }
 
+  // Frames count when a window opens; bytes when they are cached (the baseline and K-only project
+  // E at a layer's first attend, so right after open() a window holds E, not yet its K/V).
   CacheUse cache_use() const {
     CacheUse u;
-    for (const auto& a : layers_) {
-      u.bytes_per_token += attention_type::cache_bytes_per_token(a.shape());
-      u.bytes_allocated += a.cache_bytes_allocated();
-    }
-    const attention_type& first = layers_.front();
-    for (int s = 0; s < first.cache().max_sequences(); ++s)
-      if (first.cache().is_open(s)) u.tokens += static_cast<std::size_t>(first.length(s));
-    u.bytes_held = u.tokens * u.bytes_per_token;
+    u.bytes_per_token = cross_.cache_bytes_per_frame();
+    u.bytes_allocated = cross_.cache_bytes_allocated();
+    for (std::size_t s = 0; s < frames_.size(); ++s)
+      if (frames_[s] > 0) {
+        u.tokens += frames_[s];
+        u.bytes_held += cross_.cache_bytes(static_cast<int>(s));
+      }
     return u;
   }
 
+  std::string note() const {
+    std::string out;
+    for (const SlimKReport& r : cross_.reports()) out += (out.empty() ? "" : "\n") + r.summary();
+    return out;
+  }
+
+  const attention_type& attention() const { return cross_; }
+
  private:
-  const WhisperWeights* w_;
-  std::vector<attention_type> layers_;
-  RowMatrixXf kv_, q_, att_;  // scratch
+  static std::vector<MhaWeights> layer_weights(const WhisperWeights& w) {
+    std::vector<MhaWeights> layers;
+    for (const DecoderBlock& b : w.decoder) layers.push_back(cross_attention_weights(b));
+    return layers;
+  }
+
+  WhisperDims dims_;
+  attention_type cross_;
+  std::vector<std::size_t> frames_;  // per sequence slot: encoder frames of the open window, 0 = closed
 };
 
 }  // namespace polyattn::whisper

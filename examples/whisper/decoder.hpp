@@ -3,8 +3,9 @@
 // the encoder output and MLP; final LayerNorm and logits through the tied token embedding.
 // Both attentions are compile-time policies (self_attention.hpp, cross_attention.hpp):
 //
-//   Decoder<DecoderPolicies<MhaSelfAttention<Paged<16>>, KvCrossAttention<>>> dec(weights, {.max_sequences = 16});
-//   int seq = dec.open(audio_features);          // cross caches computed once for the window
+//   Decoder<DecoderPolicies<SelfAttention<self_kind::SlimK, Nhd>, CrossCacheAttention<cross::SharedE>>> dec(
+//       weights, {.max_sequences = 16});         // converts the weights the policies need
+//   int seq = dec.open(audio_features);          // cross cache filled for the window
 //   RowMatrixXf logits = dec.prefill(seqs, prompt);   // (B, n_vocab), after the last prompt token
 //   logits = dec.decode(seqs, next_tokens);      // one token per sequence
 //   dec.close(seq);
@@ -47,7 +48,7 @@ class Decoder {
 
   Decoder(const WhisperWeights& w, DecoderConfig cfg) : w_(&w), cross_(w, checked(cfg)), length_(std::size_t(cfg.max_sequences), -1) {
     self_.reserve(w.decoder.size());
-    for (const DecoderBlock& b : w.decoder) self_.emplace_back(b, w.dims, cfg);
+    for (std::size_t l = 0; l < w.decoder.size(); ++l) self_.emplace_back(w.decoder[l], w.dims, cfg, static_cast<int>(l));
   }
 
   // Opens a sequence for one audio window; features: (n_audio_ctx, d) from the encoder.
@@ -86,6 +87,19 @@ class Decoder {
                   " sequences (one each)");
     check(seqs, tokens, 1, "decode");
     return forward(seqs, 1, [&](Eigen::Index, Eigen::Index i) { return tokens[std::size_t(i)]; });
+  }
+
+  // What the policies' conversions measured or decided (per layer), for the CLI to print.
+  std::vector<std::string> notes() const {
+    std::vector<std::string> out;
+    for (const Self& s : self_)
+      if (std::string n = s.note(); !n.empty()) out.push_back("self:  " + n);
+    for (std::string n = cross_.note(); !n.empty();) {
+      const std::size_t eol = n.find('\n');
+      out.push_back("cross: " + n.substr(0, eol));
+      n = eol == std::string::npos ? std::string() : n.substr(eol + 1);
+    }
+    return out;
   }
 
   DecoderCacheUse cache_use() const {

@@ -132,10 +132,11 @@ int main(int argc, char** argv) {
                    t.windows, t.tokens.size());
     }
     const pw::TranscribeReport& r = result.report;
-    std::fprintf(stderr, "%s: %zu file(s), %d window(s), batch up to %d\n", r.policies.c_str(), paths.size(), r.windows,
-                 r.max_batch);
+    std::fprintf(stderr, "%s: %zu file(s), %d window(s), batch up to %d; policies built in %.0f ms\n", r.policies.c_str(),
+                 paths.size(), r.windows, r.max_batch, r.prepare_ms);
+    for (const std::string& note : r.notes) std::fprintf(stderr, "  %s\n", note.c_str());
     std::fprintf(stderr,
-                 "  mel %.1f ms, encode %.1f ms, decode %.1f ms (cross K/V %.1f ms, steps %.1f ms): %zu tokens, %.1f "
+                 "  mel %.1f ms, encode %.1f ms, decode %.1f ms (opening windows %.1f ms, steps %.1f ms): %zu tokens, %.1f "
                  "tokens/s (%.1f over the steps)\n",
                  r.mel_ms, r.encode_ms, r.decode_ms, r.cross_open_ms, r.decode_ms - r.cross_open_ms, r.text_tokens,
                  r.decode_ms > 0 ? 1000.0 * static_cast<double>(r.text_tokens) / r.decode_ms : 0.0,

@@ -58,9 +58,11 @@ struct TranscribeOptions {
 // Time and memory of one transcribe() call.
 struct TranscribeReport {
   std::string policies;  // DecoderPolicies::name()
+  std::vector<std::string> notes;  // what the policies' weight conversions measured or decided
+  double prepare_ms = 0;  // building the decoder policies (weight conversions, cache allocation)
   double mel_ms = 0, encode_ms = 0;
   double decode_ms = 0;     // decoder work: opening windows (cross caches), prefill, steps
-  double cross_open_ms = 0; // the part of decode_ms spent opening windows (cross K/V projections)
+  double cross_open_ms = 0; // the part of decode_ms spent opening windows (handing the encoder output to the cross cache)
   std::size_t text_tokens = 0;  // sampled tokens without eot, over all windows
   int windows = 0, decode_steps = 0, max_batch = 0;
   DecoderCacheUse peak;  // self and cross each at their largest bytes_held during decoding
@@ -179,7 +181,10 @@ class WhisperModel {
     for (std::size_t f = 0; f < files.size(); ++f) out.files[f].windows = windows_left[f];
     if (windows.empty()) return out;
 
+    t0 = clock::now();
     Decoder<Policies> decoder(w_, {.max_sequences = std::min<int>(opt.batch, r.windows), .threads = opt.threads});
+    r.prepare_ms = ms(t0, clock::now());
+    r.notes = decoder.notes();
     struct Live {
       int seq;
       std::size_t window;

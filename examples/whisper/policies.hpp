@@ -1,7 +1,7 @@
 // The decoder policy combinations this example instantiates, and the one place where the
-// --self / --cross names become a DecoderPolicies type. To add a variant: write its policy
-// (self_attention.hpp / cross_attention.hpp document the interfaces), add the combinations
-// to DecoderCombinations; the CLI, the error messages and the tests follow the list.
+// --self / --cross names become a DecoderPolicies type. To add a variant: write its Kind
+// (self_variants.hpp) or use another CrossAttention option (cross_attention.hpp), add the
+// combinations to DecoderCombinations; the CLI, the error messages and the tests follow the list.
 #pragma once
 
 #include <algorithm>
@@ -17,13 +17,36 @@
 #include "decoder.hpp"
 #include "error.hpp"
 #include "self_attention.hpp"
+#include "self_variants.hpp"
 
 namespace polyattn::whisper {
 
-using DefaultPolicies = DecoderPolicies<MhaSelfAttention<Nhd>, KvCrossAttention<Nhd>>;
+template <class Kind, class Layout = Nhd>
+using Self = SelfAttention<Kind, Layout>;
+template <class Option>
+using Cross = CrossCacheAttention<Option>;
 
-using DecoderCombinations = TypeList<DefaultPolicies,                                         //
-                                     DecoderPolicies<MhaSelfAttention<Paged<16>>, KvCrossAttention<Nhd>>>;
+using DefaultPolicies = DecoderPolicies<Self<self_kind::Mha>, Cross<cross::Baseline>>;
+
+// Every self-attention kind with the baseline cross cache, every cross option with MHA self-
+// attention, and the two smallest exact caches together. Exact: mha, slimk, xcache and every
+// cross option (equal up to float rounding); mla<R> approximates below full rank (384 for tiny.en).
+using DecoderCombinations = TypeList<DefaultPolicies,                                                 //
+                                     DecoderPolicies<Self<self_kind::Mha, Paged<16>>, Cross<cross::Baseline>>,  //
+                                     DecoderPolicies<Self<self_kind::SlimK>, Cross<cross::Baseline>>,       //
+                                     DecoderPolicies<Self<self_kind::XCache>, Cross<cross::Baseline>>,      //
+                                     DecoderPolicies<Self<self_kind::Mla<96>>, Cross<cross::Baseline>>,     //
+                                     DecoderPolicies<Self<self_kind::Mla<192>>, Cross<cross::Baseline>>,    //
+                                     DecoderPolicies<Self<self_kind::Mla<384>>, Cross<cross::Baseline>>,    //
+                                     DecoderPolicies<Self<self_kind::Mha>, Cross<cross::KOnly>>,            //
+                                     DecoderPolicies<Self<self_kind::Mha>, Cross<cross::SharedE>>,          //
+                                     DecoderPolicies<Self<self_kind::Mha>, Cross<cross::Hybrid>>,           //
+                                     DecoderPolicies<Self<self_kind::SlimK>, Cross<cross::SharedE>>,        //
+                                     DecoderPolicies<Self<self_kind::XCache>, Cross<cross::SharedE>>>;
+
+// Whether a combination is exact (the same tokens as MHA up to float rounding).
+template <class P>
+constexpr bool is_exact_policy = !requires { P::self_policy::kind::variant::rank; };
 
 namespace detail {
 

@@ -4,26 +4,33 @@
 // projections lets a variant fold weights (slim attention's b_v into b_o, MLA's W_uv into W_o).
 //
 //   S::name()                                  the --self name, e.g. "mha/nhd"
-//   S(const DecoderBlock&, const WhisperDims&, const DecoderConfig&)
+//   S(const DecoderBlock&, const WhisperDims&, const DecoderConfig&, int layer)
 //   int  open_sequence();  void close_sequence(int seq);
 //   void prefill(seqs, x, out)   x, out: (n * B, d), B = seqs.size(), position-major: row
 //                                p * B + i is token p of seqs[i]'s chunk; causal over what the
 //                                sequence holds and the chunk
 //   void decode(seqs, x, out)    x, out: (B, d), one new token per sequence
 //   CacheUse cache_use() const   this layer's cache: bytes per token, tokens held, bytes
+//   std::string note() const     what the conversion measured or decided for this layer ("" if nothing)
 //
 // x is the layer-normed decoder state; out is the sub-layer's output after W_o. The decoder
 // checks ids, tokens and the 448-token context before it calls a policy.
+//
+// The policies here are one template, SelfAttention<Kind, Layout>: a Kind (self_variants.hpp)
+// converts the pretrained weights of a layer into a polyattn Variant's projections and
+// parameters; the layer then runs x -> [q | cached parts] (one GEMM), Attention, W_o.
 #pragma once
 
 #include <concepts>
 #include <cstddef>
 #include <span>
 #include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include <polyattn/attention.hpp>
-#include <polyattn/cache/contiguous.hpp>
-#include <polyattn/cache/paged.hpp>
+#include <polyattn/core/error.hpp>
 #include <polyattn/exec/cpu/cpu_simd.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 
@@ -49,7 +56,7 @@ struct CacheUse {
 
 template <class S>
 concept SelfAttentionPolicy =
-    std::constructible_from<S, const DecoderBlock&, const WhisperDims&, const DecoderConfig&> &&
+    std::constructible_from<S, const DecoderBlock&, const WhisperDims&, const DecoderConfig&, int> &&
     requires(S s, const S cs, int seq, std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) {
       { S::name() } -> std::convertible_to<std::string>;
       { s.open_sequence() } -> std::same_as<int>;
@@ -57,7 +64,37 @@ concept SelfAttentionPolicy =
       s.prefill(seqs, x, out);
       s.decode(seqs, x, out);
       { cs.cache_use() } -> std::same_as<CacheUse>;
+      { cs.note() } -> std::convertible_to<std::string>;
     };
+
+// One layer's self-attention as a polyattn Variant, produced by a Kind's convert().
+template <class Variant>
+struct SelfLayerWeights {
+  AttentionShape shape;
+  // x -> [q | part 0 | part 1 ...] in one GEMM: (q_width + sum(parts), d). Empty for a variant
+  // that queries and caches x itself (XCache): then q_width is 0 and the one part is x.
+  Linear in;
+  Eigen::Index q_width = 0;
+  std::vector<Eigen::Index> parts;  // widths of the cached parts, in Variant::Rows order
+  typename Variant::Params params;
+  Linear out;        // (d, output width): W_o with any bias the conversion folded into it
+  std::string note;  // what the conversion measured
+};
+
+inline AttentionShape self_attention_shape(const WhisperDims& d) {
+  return {.n_heads = d.n_text_head, .head_dim = d.n_text_state / d.n_text_head, .model_dim = d.n_text_state};
+}
+
+// The pretrained layer: [q | k | v] from the fused projection.
+inline SelfLayerWeights<Mha> mha_self_layer(const DecoderBlock& b, const WhisperDims& d) {
+  SelfLayerWeights<Mha> w;
+  w.shape = self_attention_shape(d);
+  w.in = b.self_qkv;
+  w.q_width = d.n_text_state;
+  w.parts = {d.n_text_state, d.n_text_state};
+  w.out = b.self_out;
+  return w;
+}
 
 namespace detail {
 
@@ -70,68 +107,158 @@ inline auto strided_rows(float* data, Eigen::Index n, Eigen::Index cols, Eigen::
   return Eigen::Map<RowMatrixXf, 0, Eigen::OuterStride<>>(data, n, cols, Eigen::OuterStride<>(stride));
 }
 
+// Variant::Rows from its N parts (an aggregate of ConstMatrixRef: {k, v}, {k}, {x}, {latent, key part}).
+template <class Variant, std::size_t N, class Part>
+typename Variant::Rows make_rows(Part&& part) {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) { return typename Variant::Rows{part(I)...}; }(std::make_index_sequence<N>{});
+}
+
 }  // namespace detail
 
-// Whisper's pretrained self-attention as it is: K and V of every head cached (Mha), in any
-// cache layout, run by any executor. The --self names are "mha/<layout>".
-template <class Layout, class Executor = exec::CpuSimd>
-class MhaSelfAttention {
+// One decoder layer's self-attention through Variant, for a batch of sequences.
+template <class Variant, std::size_t Parts, class Layout, class Executor>
+class VariantSelfLayer {
  public:
-  using attention_type = Attention<Mha, Layout, Executor, float>;
+  using attention_type = Attention<Variant, Layout, Executor, float>;
 
-  static std::string name() { return Mha::name() + "/" + Layout::name(); }
-
-  MhaSelfAttention(const DecoderBlock& b, const WhisperDims& d, const DecoderConfig& cfg)
-      : qkv_(&b.self_qkv), out_(&b.self_out), d_(d.n_text_state),
-        attn_({.n_heads = d.n_text_head, .head_dim = d.n_text_state / d.n_text_head},
-              {.max_sequences = cfg.max_sequences, .capacity = d.n_text_ctx}, {}, cfg.threads) {}
+  VariantSelfLayer(SelfLayerWeights<Variant> w, const WhisperDims& d, const DecoderConfig& cfg)
+      : w_(check(std::move(w))),
+        attn_(w_.shape, {.max_sequences = cfg.max_sequences, .capacity = d.n_text_ctx}, w_.params, cfg.threads) {
+    for (Eigen::Index p : w_.parts) width_ += p;
+    width_ += w_.q_width;
+  }
 
   int open_sequence() { return attn_.open_sequence(); }
   void close_sequence(int seq) { attn_.close_sequence(seq); }
 
   void prefill(std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) {
     const auto B = static_cast<Eigen::Index>(seqs.size());
-    const Eigen::Index n = x.rows() / B;
-    qkv_buf_.resize(x.rows(), 3 * d_);
-    linear_into(x, *qkv_, qkv_buf_);  // (n * B, 3d): [q | k | v]
-    att_.resize(x.rows(), d_);
+    const Eigen::Index n = x.rows() / B, ow = Variant::output_width(w_.shape);
+    const auto [src, stride] = project(x);
+    att_.resize(x.rows(), ow);
     for (Eigen::Index i = 0; i < B; ++i) {
-      const float* row = qkv_buf_.data() + i * 3 * d_;
-      const Eigen::Index stride = B * 3 * d_;
-      const auto q = detail::strided_rows(row, n, d_, stride), k = detail::strided_rows(row + d_, n, d_, stride),
-                 v = detail::strided_rows(row + 2 * d_, n, d_, stride);
-      attn_.prefill(seqs[static_cast<std::size_t>(i)], q, {k, v}, Mask::causal,
-                    detail::strided_rows(att_.data() + i * d_, n, d_, B * d_));
+      const float* row = src + i * stride;  // token 0 of sequence i; its next token is B rows down
+      const auto q = detail::strided_rows(row, n, query_width(), B * stride);
+      attn_.prefill(seqs[static_cast<std::size_t>(i)], q,
+                    detail::make_rows<Variant, Parts>([&](std::size_t p) {
+                      return detail::strided_rows(row + part_offset(p), n, w_.parts[p], B * stride);
+                    }),
+                    Mask::causal, detail::strided_rows(att_.data() + i * ow, n, ow, B * ow));
     }
-    linear_into(att_, *out_, out);
+    linear_into(att_, w_.out, out);
   }
 
   void decode(std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) {
-    qkv_buf_.resize(x.rows(), 3 * d_);
-    linear_into(x, *qkv_, qkv_buf_);
-    att_.resize(x.rows(), d_);
-    attn_.decode(seqs, qkv_buf_.leftCols(d_), {qkv_buf_.middleCols(d_, d_), qkv_buf_.rightCols(d_)}, att_);
-    linear_into(att_, *out_, out);
+    const auto [src, stride] = project(x);
+    att_.resize(x.rows(), Variant::output_width(w_.shape));
+    attn_.decode(seqs, detail::strided_rows(src, x.rows(), query_width(), stride),
+                 detail::make_rows<Variant, Parts>(
+                     [&](std::size_t p) { return detail::strided_rows(src + part_offset(p), x.rows(), w_.parts[p], stride); }),
+                 att_);
+    linear_into(att_, w_.out, out);
   }
 
   CacheUse cache_use() const {
     CacheUse u;
-    u.bytes_per_token = attention_type::cache_bytes_per_token(attn_.shape());
+    u.bytes_per_token = attention_type::cache_bytes_per_token(w_.shape);
     for (int s = 0; s < attn_.cache().max_sequences(); ++s)
-      if (attn_.cache().is_open(s)) u.tokens += static_cast<std::size_t>(attn_.length(s));
-    u.bytes_held = u.tokens * u.bytes_per_token;
+      if (attn_.cache().is_open(s)) {
+        u.tokens += static_cast<std::size_t>(attn_.length(s));
+        u.bytes_held += attn_.cache_bytes_used(s);
+      }
     u.bytes_allocated = attn_.cache_bytes_allocated();
     return u;
   }
 
+  const std::string& note() const { return w_.note; }
   const attention_type& attention() const { return attn_; }
 
  private:
-  const Linear* qkv_;  // (3d, d): rows [q; k; v]
-  const Linear* out_;
-  Eigen::Index d_;
+  static SelfLayerWeights<Variant> check(SelfLayerWeights<Variant> w) {
+    require<ShapeError>(w.parts.size() == Parts, Variant::name(), ": ", w.parts.size(), " cached parts, expected ", Parts);
+    const bool projects = w.in.weight.size() > 0;
+    require<ShapeError>(projects || (w.q_width == 0 && Parts == 1), Variant::name(),
+                        ": without an input projection the query and the one cached part are x itself");
+    return w;
+  }
+
+  bool projects() const { return w_.in.weight.size() > 0; }
+  Eigen::Index query_width() const { return projects() ? w_.q_width : w_.parts[0]; }
+  Eigen::Index part_offset(std::size_t p) const {
+    Eigen::Index offset = w_.q_width;
+    for (std::size_t i = 0; i < p; ++i) offset += w_.parts[i];
+    return offset;
+  }
+
+  // The projected rows [q | parts] (or x itself): data and row stride.
+  std::pair<const float*, Eigen::Index> project(ConstMatrixRef x) {
+    if (!projects()) return {x.data(), x.outerStride()};
+    buf_.resize(x.rows(), width_);
+    linear_into(x, w_.in, buf_);
+    return {buf_.data(), width_};
+  }
+
+  SelfLayerWeights<Variant> w_;
   attention_type attn_;
-  RowMatrixXf qkv_buf_, att_;  // scratch: (rows, 3d), (rows, d)
+  Eigen::Index width_ = 0;
+  RowMatrixXf buf_, att_;  // scratch: (rows, q | parts), (rows, output width)
+};
+
+// The --self policy "<kind>/<layout>": every layer converted by Kind (self_variants.hpp). A Kind
+// whose conversion can refuse a layer (slim attention on an ill-conditioned W_k) may fall back to
+// the pretrained MHA for that layer alone; the layer's note says so, and its cache is MHA's.
+template <class Kind, class Layout, class Executor = exec::CpuSimd>
+class SelfAttention {
+  using Primary = VariantSelfLayer<typename Kind::variant, Kind::cached_parts, Layout, Executor>;
+  using Fallback = VariantSelfLayer<Mha, 2, Layout, Executor>;
+
+ public:
+  using kind = Kind;
+
+  static std::string name() { return Kind::name() + "/" + Layout::name(); }
+
+  SelfAttention(const DecoderBlock& b, const WhisperDims& d, const DecoderConfig& cfg, int layer)
+      : layer_(make_layer(b, d, cfg, layer)) {}
+
+  int open_sequence() {
+    return std::visit([](auto& l) { return l.open_sequence(); }, layer_);
+  }
+  void close_sequence(int seq) {
+    std::visit([&](auto& l) { l.close_sequence(seq); }, layer_);
+  }
+  void prefill(std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) {
+    std::visit([&](auto& l) { l.prefill(seqs, x, out); }, layer_);
+  }
+  void decode(std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) {
+    std::visit([&](auto& l) { l.decode(seqs, x, out); }, layer_);
+  }
+  CacheUse cache_use() const {
+    return std::visit([](const auto& l) { return l.cache_use(); }, layer_);
+  }
+  std::string note() const {
+    return std::visit([](const auto& l) { return l.note(); }, layer_);
+  }
+  // True when this layer runs the pretrained MHA because Kind's conversion refused it.
+  bool fell_back() const { return layer_.index() == 1; }
+
+ private:
+  using Layer = std::variant<Primary, Fallback>;
+
+  static Layer make_layer(const DecoderBlock& b, const WhisperDims& d, const DecoderConfig& cfg, int layer) {
+    if constexpr (Kind::mha_fallback) {
+      try {
+        return Layer(std::in_place_index<0>, Kind::convert(b, d, layer), d, cfg);
+      } catch (const ConversionError& e) {
+        SelfLayerWeights<Mha> mha = mha_self_layer(b, d);
+        mha.note = "layer " + std::to_string(layer) + ": kept MHA (" + Kind::name() + " refused: " + e.what() + ")";
+        return Layer(std::in_place_index<1>, std::move(mha), d, cfg);
+      }
+    } else {
+      return Layer(std::in_place_index<0>, Kind::convert(b, d, layer), d, cfg);
+    }
+  }
+
+  Layer layer_;
 };
 
 }  // namespace polyattn::whisper

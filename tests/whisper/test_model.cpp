@@ -86,11 +86,15 @@ TEST_SUITE("model") {
     const std::vector<int> peer = {843, 523, 616, 5891, 3399, 1265, 407, 644, 534, 1499, 460, 466,
                                    329, 345, 11, 1265, 644, 345, 460, 466, 329, 534, 1499, 13};
     CHECK(t.tokens == peer);
-    // Every instantiated policy combination gives the same tokens.
+    // Every exact policy combination gives the same tokens; Whisper-MLA below full rank is
+    // an approximation (whisper.mla reports it) and is only required to run here.
     []<class... Ps>(polyattn::TypeList<Ps...>, const WhisperModel& m, std::span<const float> x, const std::vector<int>& want) {
       (..., [&] {
         INFO("policies: " << Ps::name());
-        CHECK(m.transcribe<Ps>(x, {.batch = 1, .threads = 2}).tokens == want);
+        const Transcript got = m.transcribe<Ps>(x, {.batch = 1, .threads = 2});
+        if constexpr (is_exact_policy<Ps>) CHECK(got.tokens == want);
+        else if constexpr (Ps::self_policy::kind::variant::rank >= 384) CHECK(got.tokens == want);  // full rank: exact
+        else MESSAGE(Ps::name() << ": \"" << got.text << "\"");
       }());
     }(DecoderCombinations{}, model, jfk.front(), peer);
     CHECK(t.windows == 1);
@@ -319,8 +323,10 @@ TEST_SUITE("model") {
       return (got - want).cwiseAbs().maxCoeff() <= 1e-4f * (1.0f + want.cwiseAbs().maxCoeff());
     };
     auto prefix = [](const std::vector<int>& t, std::size_t n) { return std::vector<int>(t.begin(), t.begin() + std::ptrdiff_t(n)); };
+    // Whisper-MLA needs latent ranks of the real model (96 > d = 8): exact policies only here.
     [&]<class... Ps>(polyattn::TypeList<Ps...>) {
       (..., [&] {
+        if constexpr (!is_exact_policy<Ps>) return;
         INFO("policies: " << Ps::name());
         Decoder<Ps> dec(c, {.max_sequences = 3, .threads = 2});
         const int a = dec.open(fc);
@@ -346,10 +352,15 @@ TEST_SUITE("model") {
         CHECK(dec.length(b) == 5);
         const DecoderCacheUse use = dec.cache_use();
         CHECK(use.self.tokens == 12);
-        CHECK(use.self.bytes_per_token == 2 * 8 * sizeof(float));  // one layer, K and V of d = 8
+        // One layer of d = 8: MHA caches K and V, slim K, X-cache x; the cross baseline K and V,
+        // the other options one row of d per frame.
+        const std::size_t self_rows = std::is_same_v<typename Ps::self_policy::kind, self_kind::Mha> ? 2 : 1;
+        const std::size_t cross_rows = std::is_same_v<typename Ps::cross_policy, Cross<polyattn::cross::Baseline>> ? 2 : 1;
+        CHECK(use.self.bytes_per_token == self_rows * 8 * sizeof(float));
         CHECK(use.self.bytes_held == 12 * use.self.bytes_per_token);
         CHECK(use.cross.tokens == 2 * 1500);
-        CHECK(use.cross.bytes_held == 2 * 1500 * 2 * 8 * sizeof(float));
+        CHECK(use.cross.bytes_per_token == cross_rows * 8 * sizeof(float));
+        CHECK(use.cross.bytes_held == 2 * 1500 * use.cross.bytes_per_token);
 
         // A prefill of several sequences at once equals each alone.
         dec.close(a);

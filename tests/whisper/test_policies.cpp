@@ -9,13 +9,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "../support/check_throws.hpp"
 #include "test_util.hpp"
 
 using namespace polyattn::whisper;
 
 TEST_SUITE("policies") {
   TEST_CASE("the dispatcher maps --self/--cross names to types and refuses others by name") {
-    using PagedBaseline = DecoderPolicies<MhaSelfAttention<polyattn::Paged<16>>, KvCrossAttention<polyattn::Nhd>>;
+    using PagedBaseline = DecoderPolicies<Self<self_kind::Mha, polyattn::Paged<16>>, Cross<polyattn::cross::Baseline>>;
+    using SlimShared = DecoderPolicies<Self<self_kind::SlimK>, Cross<polyattn::cross::SharedE>>;
     int calls = 0;
     dispatch_policies("mha/paged16", "baseline", [&]<class P>(std::type_identity<P>) {
       CHECK(std::is_same_v<P, PagedBaseline>);
@@ -25,32 +27,31 @@ TEST_SUITE("policies") {
       CHECK(std::is_same_v<P, DefaultPolicies>);
       ++calls;
     });
-    CHECK(calls == 2);
-    CHECK(available_policies() == "--self mha/nhd --cross baseline, --self mha/paged16 --cross baseline");
+    dispatch_policies("slimk/nhd", "e-cache", [&]<class P>(std::type_identity<P>) {
+      CHECK(std::is_same_v<P, SlimShared>);
+      ++calls;
+    });
+    CHECK(calls == 3);
+    const std::string all = available_policies();
+    for (const char* pair : {"--self mha/nhd --cross baseline", "--self slimk/nhd --cross baseline", "--self xcache/nhd --cross baseline",
+                             "--self mla96/nhd --cross baseline", "--self mha/nhd --cross k-only", "--self mha/nhd --cross e-cache",
+                             "--self mha/nhd --cross hybrid"})
+      CHECK_MESSAGE(all.find(pair) != std::string::npos, pair);
+    CHECK(is_exact_policy<SlimShared>);
+    CHECK(!is_exact_policy<DecoderPolicies<Self<self_kind::Mla<96>>, Cross<polyattn::cross::Baseline>>>);
 
     auto never = [](auto) { FAIL("called for a refused name"); };
-    CHECK_THROWS_WITH_AS(dispatch_policies("slimk/nhd", "baseline", never),
-                         "--self 'slimk/nhd' is not an instantiated self-attention policy; available: mha/nhd, mha/paged16",
+    CHECK_THROWS_WITH_AS(dispatch_policies("slimk1/nhd", "baseline", never),
+                         "--self 'slimk1/nhd' is not an instantiated self-attention policy; available: mha/nhd, mha/paged16, slimk/nhd, "
+                         "xcache/nhd, mla96/nhd, mla192/nhd, mla384/nhd",
                          UnsupportedError);
-    CHECK_THROWS_WITH_AS(dispatch_policies("mha/nhd", "e-cache", never),
-                         "--cross 'e-cache' is not an instantiated cross-attention policy; available: baseline",
+    CHECK_THROWS_WITH_AS(dispatch_policies("mha/nhd", "v-only", never),
+                         "--cross 'v-only' is not an instantiated cross-attention policy; available: baseline, k-only, e-cache, hybrid",
                          UnsupportedError);
     CHECK_THROWS_AS(dispatch_policies("mha/hnd", "baseline", never), UnsupportedError);
-
     // Known names that are not instantiated together are refused too, listing the pairs.
-    using Custom = polyattn::TypeList<DefaultPolicies, DecoderPolicies<MhaSelfAttention<polyattn::Hnd>, KvCrossAttention<polyattn::Hnd>>>;
-    struct OtherCross : KvCrossAttention<polyattn::Hnd> {
-      using KvCrossAttention<polyattn::Hnd>::KvCrossAttention;
-      static std::string name() { return "baseline-hnd"; }
-    };
-    using Crossed = polyattn::TypeList<DefaultPolicies, DecoderPolicies<MhaSelfAttention<polyattn::Hnd>, OtherCross>>;
-    dispatch_policies<Custom>("mha/hnd", "baseline", [&]<class P>(std::type_identity<P>) {
-      CHECK(std::is_same_v<typename P::self_policy, MhaSelfAttention<polyattn::Hnd>>);
-    });
-    CHECK_THROWS_WITH_AS(dispatch_policies<Crossed>("mha/nhd", "baseline-hnd", never),
-                         "--self mha/nhd with --cross baseline-hnd is not instantiated; available: --self mha/nhd --cross "
-                         "baseline, --self mha/hnd --cross baseline-hnd",
-                         UnsupportedError);
+    polyattn::testing::check_throws_with<UnsupportedError>([&] { dispatch_policies("mla96/nhd", "hybrid", never); },
+                                                           "--self mla96/nhd with --cross hybrid is not instantiated; available: --self mha/nhd");
   }
 
   TEST_CASE("batched decoding: each file's tokens equal decoding it alone") {
@@ -104,6 +105,6 @@ TEST_SUITE("policies") {
     };
     // batch 2: windows join as others finish (continuous batching); batch 8: all at once.
     check_batched(std::type_identity<DefaultPolicies>{}, 2);
-    check_batched(std::type_identity<DecoderPolicies<MhaSelfAttention<polyattn::Paged<16>>, KvCrossAttention<>>>{}, 8);
+    check_batched(std::type_identity<DecoderPolicies<Self<self_kind::Mha, polyattn::Paged<16>>, Cross<polyattn::cross::Baseline>>>{}, 8);
   }
 }

@@ -182,11 +182,22 @@ class CrossAttention {
   /// Bytes of cross cache holding `seq` (all layers).
   std::size_t cache_bytes(int seq) const {
     std::size_t bytes = 0;
-    for (std::size_t i = 0; i < stores_.size(); ++i) {
-      std::size_t per_token = 0;
-      for (const TensorSpec& t : stores_[i]->tensors()) per_token += t.elements();
-      bytes += std::size_t(stores_[i]->length(seq)) * per_token * sizeof(float);
-    }
+    for (const auto& s : stores_) bytes += std::size_t(s->length(seq)) * bytes_per_frame(*s);
+    return bytes;
+  }
+
+  /// Bytes one encoder frame costs over all layers (the option's whole point: 2 L d floats for
+  /// the baseline, L d for K-only, d for the shared E-cache and the hybrid).
+  std::size_t cache_bytes_per_frame() const {
+    std::size_t bytes = 0;
+    for (const auto& s : stores_) bytes += bytes_per_frame(*s);
+    return bytes;
+  }
+
+  /// Bytes the cache stores reserved (capacity for every sequence slot).
+  std::size_t cache_bytes_allocated() const {
+    std::size_t bytes = 0;
+    for (const auto& s : stores_) bytes += s->bytes_allocated();
     return bytes;
   }
 
@@ -197,6 +208,12 @@ class CrossAttention {
     SlimK2::Params slim;
     XCache::Params xcache;
   };
+
+  static std::size_t bytes_per_frame(const Store& store) {
+    std::size_t elements = 0;
+    for (const TensorSpec& t : store.tensors()) elements += t.elements();
+    return elements * sizeof(float);
+  }
 
   std::vector<TensorSpec> tensors_of(int store) const {
     if constexpr (kBaseline) return Mha::cache_tensors(shape_, {});

@@ -1,0 +1,67 @@
+// A decoder block's attention weights in the forms the library's converters take. Whisper
+// stores torch Linear weights (out, in); polyattn::MhaWeights is the x·W convention (in, out).
+//   self:  q, k, v from the fused self_qkv (rows [q; k; v]); the key has no bias
+//   cross: q from cross_q; k, v from cross_kv (rows [k; v]), applied to the encoder output
+#pragma once
+
+#include <polyattn/convert/mha_weights.hpp>
+#include <polyattn/convert/whisper_mla.hpp>
+
+#include "weights.hpp"
+
+namespace polyattn::whisper {
+
+namespace detail {
+
+// Rows [first, first + n) of a Linear as x·W weights (in, n) and bias (n).
+inline RowMatrixXf xw_weight(const Linear& l, Eigen::Index first, Eigen::Index n) {
+  return l.weight.middleRows(first, n).transpose();
+}
+inline RowVectorXf xw_bias(const Linear& l, Eigen::Index first, Eigen::Index n) { return l.bias.segment(first, n); }
+
+}  // namespace detail
+
+inline MhaWeights self_attention_weights(const DecoderBlock& b) {
+  const Eigen::Index d = b.self_out.out_features();
+  MhaWeights w;
+  w.w_q = detail::xw_weight(b.self_qkv, 0, d);
+  w.w_k = detail::xw_weight(b.self_qkv, d, d);
+  w.w_v = detail::xw_weight(b.self_qkv, 2 * d, d);
+  w.b_q = detail::xw_bias(b.self_qkv, 0, d);
+  w.b_k = detail::xw_bias(b.self_qkv, d, d);
+  w.b_v = detail::xw_bias(b.self_qkv, 2 * d, d);
+  w.w_o = b.self_out.weight.transpose();
+  w.b_o = b.self_out.bias;
+  return w;
+}
+
+inline MhaWeights cross_attention_weights(const DecoderBlock& b) {
+  const Eigen::Index d = b.cross_out.out_features();
+  MhaWeights w;
+  w.w_q = detail::xw_weight(b.cross_q, 0, d);
+  w.b_q = b.cross_q.bias;
+  w.w_k = detail::xw_weight(b.cross_kv, 0, d);
+  w.b_k = detail::xw_bias(b.cross_kv, 0, d);
+  w.w_v = detail::xw_weight(b.cross_kv, d, d);
+  w.b_v = detail::xw_bias(b.cross_kv, d, d);
+  w.w_o = b.cross_out.weight.transpose();
+  w.b_o = b.cross_out.bias;
+  return w;
+}
+
+// The self-attention in double for the Whisper-MLA conversion (the key bias is zero in Whisper
+// and has no place in MlaSourceWeights: it would cancel in the softmax anyway).
+inline convert::MlaSourceWeights self_attention_mla_source(const DecoderBlock& b, int n_heads) {
+  const MhaWeights w = self_attention_weights(b);
+  convert::MlaSourceWeights s;
+  s.n_heads = n_heads;
+  s.head_dim = w.width() / n_heads;
+  s.w_q = w.w_q.cast<double>();
+  s.w_k = w.w_k.cast<double>();
+  s.w_v = w.w_v.cast<double>();
+  s.b_q = w.b_q.cast<double>();
+  s.b_v = w.b_v.cast<double>();
+  return s;
+}
+
+}  // namespace polyattn::whisper
