@@ -3,8 +3,11 @@
 #include <whisper/model.hpp>
 #include <whisper/policies.hpp>
 #include <whisper/wav.hpp>
+#include <whisper/wer.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -106,5 +109,60 @@ TEST_SUITE("policies") {
     // batch 2: windows join as others finish (continuous batching); batch 8: all at once.
     check_batched(std::type_identity<DefaultPolicies>{}, 2);
     check_batched(std::type_identity<DecoderPolicies<Self<self_kind::Mha, polyattn::Paged<16>>, Cross<polyattn::cross::Baseline>>>{}, 8);
+  }
+}
+
+TEST_SUITE("espeak") {
+  TEST_CASE("word error rate: normalised words, Levenshtein distance") {
+    CHECK(word_errors("Ask not what your country can do for you.", "ask not, what your country can do for you").errors == 0);
+    CHECK(word_errors("a b c d", "a x c d").errors == 1);        // substitution
+    CHECK(word_errors("a b c d", "a c d").errors == 1);          // deletion
+    CHECK(word_errors("a b c d", "a b b c d e").errors == 2);    // insertions
+    CHECK(word_errors("a b c d", "").rate() == doctest::Approx(1.0));
+    CHECK(word_errors("", "").rate() == 0.0);
+    CHECK(normalized_words("It's 9 o'clock!") == std::vector<std::string>{"it's", "9", "o'clock"});
+  }
+
+  // Speech synthesized by espeak-ng (22.05 kHz, resampled by the WAV reader), decoded as one
+  // batch: every exact policy must give the tokens of the pretrained MHA baseline. tiny.en
+  // mishears some of espeak's robotic speech; the word error rate against the text is reported.
+  TEST_CASE("espeak-ng sentences: every exact policy gives the tokens of the MHA baseline") {
+    const std::string dir = whisper_test::model_dir();
+    if (!whisper_test::have_file(dir + "/model.bin")) return;
+    if (std::system("command -v espeak-ng >/dev/null 2>&1") != 0) {
+      MESSAGE("skipped: espeak-ng is not installed (apt-get install espeak-ng)");
+      return;
+    }
+    const std::vector<std::string> sentences = {
+        "Memory bandwidth limits every decoding step.",
+        "Please call Stella and ask her to bring these things with her from the store.",
+        "The weather today is sunny with a light breeze from the west.",
+        "Every new token reads the whole cache of keys and values.",
+    };
+    std::vector<std::vector<float>> audio;
+    for (std::size_t i = 0; i < sentences.size(); ++i) {
+      const std::string path = whisper_test::temp_path("espeak_" + std::to_string(i) + ".wav");
+      REQUIRE(std::system(("espeak-ng -w '" + path + "' '" + sentences[i] + "'").c_str()) == 0);
+      audio.push_back(load_wav_16k_mono(path));
+      std::filesystem::remove(path);
+    }
+    const WhisperModel model = WhisperModel::load_ct2(dir);
+    const TranscribeOptions opt{.batch = static_cast<int>(audio.size()), .threads = 2};
+    const Transcription reference = model.transcribe<DefaultPolicies>(std::span<const std::vector<float>>(audio), opt);
+    for (std::size_t i = 0; i < sentences.size(); ++i) {
+      const WordErrors e = word_errors(sentences[i], reference.files[i].text);
+      MESSAGE("\"" << sentences[i] << "\" -> \"" << reference.files[i].text << "\": WER " << e.errors << "/" << e.reference_words);
+      CHECK(!reference.files[i].tokens.empty());
+    }
+    []<class... Ps>(polyattn::TypeList<Ps...>, const WhisperModel& m, std::span<const std::vector<float>> x, const TranscribeOptions& o,
+                    const Transcription& want) {
+      (..., [&] {
+        if constexpr (is_exact_policy<Ps> && !std::is_same_v<Ps, DefaultPolicies>) {
+          INFO("policies: " << Ps::name());
+          const Transcription got = m.transcribe<Ps>(x, o);
+          for (std::size_t i = 0; i < want.files.size(); ++i) CHECK(got.files[i].tokens == want.files[i].tokens);
+        }
+      }());
+    }(DecoderCombinations{}, model, std::span<const std::vector<float>>(audio), opt, reference);
   }
 }
