@@ -9,61 +9,14 @@
 #include <cmath>
 #include <limits>
 
+#include "synthetic_files.hpp"
 #include "test_util.hpp"
 
 using namespace polyattn::whisper;
-using whisper_test::Bytes;
-
-namespace {
-
-void ct2_string(Bytes& b, const std::string& s) {
-  b.put<std::uint16_t>(static_cast<std::uint16_t>(s.size() + 1)).str(s).put<std::uint8_t>(0);
-}
-
-struct Ct2Var {
-  std::string name;
-  std::vector<std::uint32_t> shape;
-  std::uint8_t dtype;
-  std::vector<std::uint8_t> data;
-};
-
-std::vector<std::uint8_t> write_ct2(const std::vector<Ct2Var>& vars,
-                                    const std::vector<std::pair<std::string, std::string>>& aliases,
-                                    std::uint32_t version = 6) {
-  Bytes b;
-  b.put<std::uint32_t>(version);
-  ct2_string(b, "WhisperSpec");
-  b.put<std::uint32_t>(3).put<std::uint32_t>(static_cast<std::uint32_t>(vars.size()));
-  for (const auto& v : vars) {
-    ct2_string(b, v.name);
-    b.put<std::uint8_t>(static_cast<std::uint8_t>(v.shape.size()));
-    for (auto d : v.shape) b.put(d);
-    b.put(v.dtype).put<std::uint32_t>(static_cast<std::uint32_t>(v.data.size())).raw(v.data.data(), v.data.size());
-  }
-  b.put<std::uint32_t>(static_cast<std::uint32_t>(aliases.size()));
-  for (const auto& [a, t] : aliases) {
-    ct2_string(b, a);
-    ct2_string(b, t);
-  }
-  return b.b;
-}
-
-template <class T>
-std::vector<std::uint8_t> raw(const std::vector<T>& v) {
-  Bytes b;
-  for (const T& x : v) b.put(x);
-  return b.b;
-}
-
-std::vector<std::uint8_t> small_ct2() {
-  return write_ct2({{"decoder/embeddings/weight", {2, 3}, 4, raw<std::uint16_t>({0x3C00, 0xC000, 0x3800, 0, 0x7BFF, 0x8001})},
-                    {"encoder/conv1/bias", {4}, 0, raw<float>({1.5f, -2.0f, 0.25f, 8.0f})},
-                    {"encoder/num_heads", {}, 2, raw<std::int16_t>({6})},
-                    {"decoder/activation", {}, 1, raw<std::int8_t>({3})}},
-                   {{"decoder/projection/weight", "decoder/embeddings/weight"}});
-}
-
-}  // namespace
+using whisper_test::raw;
+using whisper_test::small_ct2;
+using whisper_test::write_ct2;
+using whisper_test::write_ggml;
 
 TEST_SUITE("ct2") {
   TEST_CASE("half and bfloat16 conversion is bit exact") {
@@ -170,36 +123,6 @@ TEST_SUITE("json") {
     CHECK_THROWS_AS(Json::parse(std::string(100000, '[')), FormatError);  // depth limit, no stack overflow
   }
 }
-
-namespace {
-
-std::vector<std::uint8_t> write_ggml(const std::vector<GgmlTensor>& tensors) {
-  Bytes b;
-  b.put<std::uint32_t>(kGgmlMagic);
-  for (std::int32_t v : {50300, 8, 4, 2, 1, 6, 4, 2, 1, 3, 1}) b.put(v);  // small hparams, ftype f16
-  b.put<std::int32_t>(3).put<std::int32_t>(2);
-  for (float f : {0.f, 1.f, 2.f, 3.f, 4.f, 5.f}) b.put(f);
-  b.put<std::int32_t>(3);
-  for (const std::string t : {"a", " b", "\xC3\xA9"}) b.put<std::uint32_t>(static_cast<std::uint32_t>(t.size())).str(t);
-  for (const auto& t : tensors) {
-    b.put<std::int32_t>(static_cast<std::int32_t>(t.ne.size()))
-        .put<std::int32_t>(static_cast<std::int32_t>(t.name.size()))
-        .put<std::int32_t>(t.type);
-    for (auto ne : t.ne) b.put<std::int32_t>(static_cast<std::int32_t>(ne));
-    b.str(t.name);
-    for (float f : t.data) {
-      if (t.type == 0) {
-        b.put(f);
-      } else {
-        const _Float16 h = static_cast<_Float16>(f);
-        b.raw(&h, 2);
-      }
-    }
-  }
-  return b.b;
-}
-
-}  // namespace
 
 TEST_SUITE("ggml") {
   TEST_CASE("header of for-tests-ggml-tiny.en.bin") {
