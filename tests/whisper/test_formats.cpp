@@ -5,6 +5,7 @@
 #include <whisper/half.hpp>
 #include <whisper/json.hpp>
 #include <whisper/mel.hpp>
+#include <whisper/weights.hpp>
 
 #include <cmath>
 #include <limits>
@@ -95,6 +96,33 @@ TEST_SUITE("ct2") {
       }
     }
     MESSAGE(loaded << " of 5000 corrupted files still parsed (flips inside tensor data)");
+  }
+
+  TEST_CASE("model assembly refuses rank-0 and out-of-range dimensions (fuzz_loaders regressions)") {
+    // Each of these parses (byte counts agree with shapes) and used to get past
+    // weights_from_ct2: a scalar encoder-position tensor threw std::out_of_range, a
+    // zero-volume [2^31 - 1, 0] one sized the computed sinusoids to 64 GiB, and a
+    // [2^31, 0, 3] conv1 made the model width INT_MIN.
+    whisper_test::Rng rng(3);
+    const auto good = whisper_test::tiny_ct2_vars(whisper_test::tiny_pytorch_model(rng, 300, 8));
+    auto load = [](const std::vector<whisper_test::Ct2Var>& vars) {
+      return weights_from_ct2(Ct2ModelBin::parse(whisper_test::ct2_bytes(vars, whisper_test::kTinyCt2Aliases).b));
+    };
+    CHECK(load(good).dims.n_audio_ctx == 1500);
+    auto with = [&](const std::string& name, std::vector<std::uint32_t> shape, std::uint8_t dtype, std::vector<std::uint8_t> data) {
+      auto vars = good;
+      for (auto& v : vars)
+        if (v.name == name) v = {name, std::move(shape), dtype, std::move(data)};
+      return vars;
+    };
+    CHECK_THROWS_WITH_AS(load(with("encoder/position_encodings/encodings", {}, 2, raw<std::int16_t>({2}))),
+                         doctest::Contains("expected rank 2"), ModelError);
+    CHECK_THROWS_WITH_AS(load(with("encoder/position_encodings/encodings", {0x7FFFFFFF, 0}, 0, {})),
+                         doctest::Contains("audio context = 2147483647"), ModelError);
+    CHECK_THROWS_WITH_AS(load(with("encoder/conv1/weight", {0x80000000u, 0, 3}, 0, {})),
+                         doctest::Contains("encoder width = 2147483648"), ModelError);
+    CHECK_THROWS_WITH_AS(load(with("decoder/embeddings/weight", {0, 8}, 0, {})), doctest::Contains("vocabulary size = 0"),
+                         ModelError);
   }
 
   TEST_CASE("real tiny.en model directory") {
