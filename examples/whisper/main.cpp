@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include <whisper/model.hpp>
 #include <whisper/policies.hpp>
 #include <whisper/wav.hpp>
@@ -23,13 +25,14 @@ namespace pw = polyattn::whisper;
   if (!error.empty()) std::fprintf(stderr, "error: %s\n", error.c_str());
   std::fprintf(stderr,
                "usage: %s --model DIR|FILE.bin --audio FILE [FILE...] [--self NAME] [--cross NAME] [--threads N] "
-               "[--batch N]\n"
+               "[--batch N] [--tokens]\n"
                "  DIR: a CTranslate2 Whisper model directory (model.bin, config.json, vocabulary.txt)\n"
                "  FILE.bin: a whisper.cpp ggml model (f32/f16)\n"
                "  --self, --cross: decoder attention policies (default mha/nhd, baseline); instantiated:\n"
                "      %s\n"
                "  --threads N: Eigen and attention threads (default: all)\n"
-               "  --batch N: 30 s windows decoded at once (default 16; all files' windows share the batch)\n",
+               "  --batch N: 30 s windows decoded at once (default 16; all files' windows share the batch)\n"
+               "  --tokens: after each transcript, print the sampled token ids as 'FILE:tokens: ID ID ...'\n",
                argv0, pw::available_policies().c_str());
   std::exit(2);
 }
@@ -48,6 +51,13 @@ std::string megabytes(std::size_t bytes) {
   return buf;
 }
 
+// Peak resident memory of this process so far (Linux reports ru_maxrss in KiB), in MiB; < 0 if unknown.
+double peak_rss_mib() {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return -1.0;
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
 void print_cache(const char* what, const std::string& policy, const pw::CacheUse& u, const char* unit) {
   std::fprintf(stderr, "  %s cache (%s): %zu B per %s over all layers; peak %zu %ss held = %s; allocated %s\n", what,
                policy.c_str(), u.bytes_per_token, unit, u.tokens, unit, megabytes(u.bytes_held).c_str(),
@@ -60,6 +70,7 @@ int main(int argc, char** argv) {
   std::string model_path, self = "mha/nhd", cross = "baseline";
   std::vector<std::string> audio;
   int threads = 0, batch = 16;
+  bool print_tokens = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* {
@@ -79,6 +90,8 @@ int main(int argc, char** argv) {
       threads = parse_int(argv[0], a, value(), 1, 256);
     } else if (a == "--batch") {
       batch = parse_int(argv[0], a, value(), 1, 4096);
+    } else if (a == "--tokens") {
+      print_tokens = true;
     } else if (a == "--help" || a == "-h") {
       usage(argv[0], "");
     } else {
@@ -127,6 +140,11 @@ int main(int argc, char** argv) {
     for (std::size_t f = 0; f < paths.size(); ++f) {
       const pw::Transcript& t = result.files[f];
       std::printf("%s:%s\n", paths[f].c_str(), t.text.c_str());
+      if (print_tokens) {  // ids for comparing decoders token by token (bench/whisper_vs_ctranslate2.py)
+        std::printf("%s:tokens:", paths[f].c_str());
+        for (const int id : t.tokens) std::printf(" %d", id);
+        std::printf("\n");
+      }
       std::fflush(stdout);
       std::fprintf(stderr, "  %.2f s audio, %d window(s), %zu tokens\n", static_cast<double>(samples[f].size()) / 16000.0,
                    t.windows, t.tokens.size());
@@ -143,6 +161,7 @@ int main(int argc, char** argv) {
                  r.decode_ms > r.cross_open_ms ? 1000.0 * static_cast<double>(r.text_tokens) / (r.decode_ms - r.cross_open_ms) : 0.0);
     print_cache("self ", self, r.peak.self, "token");
     print_cache("cross", cross, r.peak.cross, "frame");
+    std::fprintf(stderr, "  peak memory (max resident set): %.1f MiB\n", peak_rss_mib());
     return failures ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -102,15 +102,30 @@ inline WhisperWeights weights_from_ct2(const Ct2ModelBin& m) {
     if (conv1.shape.size() != 3 || emb.shape.size() != 2 || pos.shape.size() != 2)
       throw ModelError("model.bin: unexpected ranks of conv1 " + shape_string(conv1.shape) + ", embeddings " +
                        shape_string(emb.shape) + " or decoder positions " + shape_string(pos.shape));
-    d.n_audio_state = static_cast<int>(conv1.shape[0]);
-    d.n_mels = static_cast<int>(conv1.shape[1]);
-    d.n_vocab = static_cast<int>(emb.shape[0]);
-    d.n_text_state = static_cast<int>(emb.shape[1]);
-    d.n_text_ctx = static_cast<int>(pos.shape[0]);
-    // The encoder sees 3000 mel frames, halved by conv2's stride.
-    d.n_audio_ctx = m.contains("encoder/position_encodings/encodings")
-                        ? static_cast<int>(m.get("encoder/position_encodings/encodings").shape.at(0))
-                        : 1500;
+    // The dimensions size everything built below (computed sinusoids, mel filters) and must
+    // fit an int: a zero-volume tensor of shape [2^31, 0] passes the byte-count check of
+    // the parser, so bound them here as the ggml reader bounds its hparams.
+    auto dim = [](const Ct2Variable& v, std::size_t axis, const char* what) {
+      const std::int64_t n = v.shape[axis];
+      if (n < 1 || n > (1 << 20))
+        throw ModelError("model.bin: " + std::string(what) + " = " + std::to_string(n) + " (from '" + v.name + "' of shape " +
+                         shape_string(v.shape) + ") is not in [1, 2^20]");
+      return static_cast<int>(n);
+    };
+    d.n_audio_state = dim(conv1, 0, "encoder width");
+    d.n_mels = dim(conv1, 1, "mel bins");
+    d.n_vocab = dim(emb, 0, "vocabulary size");
+    d.n_text_state = dim(emb, 1, "decoder width");
+    d.n_text_ctx = dim(pos, 0, "text context");
+    // The encoder sees 3000 mel frames, halved by conv2's stride. Only the length of the
+    // stored encoder positions is used (they are recomputed as sinusoids).
+    d.n_audio_ctx = 1500;
+    if (m.contains("encoder/position_encodings/encodings")) {
+      const auto& enc_pos = m.get("encoder/position_encodings/encodings");
+      if (enc_pos.shape.size() != 2)
+        throw ModelError("model.bin: encoder positions have shape " + shape_string(enc_pos.shape) + ", expected rank 2");
+      d.n_audio_ctx = dim(enc_pos, 0, "audio context");
+    }
   }
   auto has_prefix = [&](const std::string& p) { return m.contains(p + "/ffn/linear_0/weight"); };
   d.n_audio_layer = detail::count_layers(has_prefix, "encoder/layer_");

@@ -5,65 +5,19 @@
 #include <whisper/half.hpp>
 #include <whisper/json.hpp>
 #include <whisper/mel.hpp>
+#include <whisper/weights.hpp>
 
 #include <cmath>
 #include <limits>
 
+#include "synthetic_files.hpp"
 #include "test_util.hpp"
 
 using namespace polyattn::whisper;
-using whisper_test::Bytes;
-
-namespace {
-
-void ct2_string(Bytes& b, const std::string& s) {
-  b.put<std::uint16_t>(static_cast<std::uint16_t>(s.size() + 1)).str(s).put<std::uint8_t>(0);
-}
-
-struct Ct2Var {
-  std::string name;
-  std::vector<std::uint32_t> shape;
-  std::uint8_t dtype;
-  std::vector<std::uint8_t> data;
-};
-
-std::vector<std::uint8_t> write_ct2(const std::vector<Ct2Var>& vars,
-                                    const std::vector<std::pair<std::string, std::string>>& aliases,
-                                    std::uint32_t version = 6) {
-  Bytes b;
-  b.put<std::uint32_t>(version);
-  ct2_string(b, "WhisperSpec");
-  b.put<std::uint32_t>(3).put<std::uint32_t>(static_cast<std::uint32_t>(vars.size()));
-  for (const auto& v : vars) {
-    ct2_string(b, v.name);
-    b.put<std::uint8_t>(static_cast<std::uint8_t>(v.shape.size()));
-    for (auto d : v.shape) b.put(d);
-    b.put(v.dtype).put<std::uint32_t>(static_cast<std::uint32_t>(v.data.size())).raw(v.data.data(), v.data.size());
-  }
-  b.put<std::uint32_t>(static_cast<std::uint32_t>(aliases.size()));
-  for (const auto& [a, t] : aliases) {
-    ct2_string(b, a);
-    ct2_string(b, t);
-  }
-  return b.b;
-}
-
-template <class T>
-std::vector<std::uint8_t> raw(const std::vector<T>& v) {
-  Bytes b;
-  for (const T& x : v) b.put(x);
-  return b.b;
-}
-
-std::vector<std::uint8_t> small_ct2() {
-  return write_ct2({{"decoder/embeddings/weight", {2, 3}, 4, raw<std::uint16_t>({0x3C00, 0xC000, 0x3800, 0, 0x7BFF, 0x8001})},
-                    {"encoder/conv1/bias", {4}, 0, raw<float>({1.5f, -2.0f, 0.25f, 8.0f})},
-                    {"encoder/num_heads", {}, 2, raw<std::int16_t>({6})},
-                    {"decoder/activation", {}, 1, raw<std::int8_t>({3})}},
-                   {{"decoder/projection/weight", "decoder/embeddings/weight"}});
-}
-
-}  // namespace
+using whisper_test::raw;
+using whisper_test::small_ct2;
+using whisper_test::write_ct2;
+using whisper_test::write_ggml;
 
 TEST_SUITE("ct2") {
   TEST_CASE("half and bfloat16 conversion is bit exact") {
@@ -144,6 +98,33 @@ TEST_SUITE("ct2") {
     MESSAGE(loaded << " of 5000 corrupted files still parsed (flips inside tensor data)");
   }
 
+  TEST_CASE("model assembly refuses rank-0 and out-of-range dimensions (fuzz_loaders regressions)") {
+    // Each of these parses (byte counts agree with shapes) and used to get past
+    // weights_from_ct2: a scalar encoder-position tensor threw std::out_of_range, a
+    // zero-volume [2^31 - 1, 0] one sized the computed sinusoids to 64 GiB, and a
+    // [2^31, 0, 3] conv1 made the model width INT_MIN.
+    whisper_test::Rng rng(3);
+    const auto good = whisper_test::tiny_ct2_vars(whisper_test::tiny_pytorch_model(rng, 300, 8));
+    auto load = [](const std::vector<whisper_test::Ct2Var>& vars) {
+      return weights_from_ct2(Ct2ModelBin::parse(whisper_test::ct2_bytes(vars, whisper_test::kTinyCt2Aliases).b));
+    };
+    CHECK(load(good).dims.n_audio_ctx == 1500);
+    auto with = [&](const std::string& name, std::vector<std::uint32_t> shape, std::uint8_t dtype, std::vector<std::uint8_t> data) {
+      auto vars = good;
+      for (auto& v : vars)
+        if (v.name == name) v = {name, std::move(shape), dtype, std::move(data)};
+      return vars;
+    };
+    CHECK_THROWS_WITH_AS(load(with("encoder/position_encodings/encodings", {}, 2, raw<std::int16_t>({2}))),
+                         doctest::Contains("expected rank 2"), ModelError);
+    CHECK_THROWS_WITH_AS(load(with("encoder/position_encodings/encodings", {0x7FFFFFFF, 0}, 0, {})),
+                         doctest::Contains("audio context = 2147483647"), ModelError);
+    CHECK_THROWS_WITH_AS(load(with("encoder/conv1/weight", {0x80000000u, 0, 3}, 0, {})),
+                         doctest::Contains("encoder width = 2147483648"), ModelError);
+    CHECK_THROWS_WITH_AS(load(with("decoder/embeddings/weight", {0, 8}, 0, {})), doctest::Contains("vocabulary size = 0"),
+                         ModelError);
+  }
+
   TEST_CASE("real tiny.en model directory") {
     const std::string dir = whisper_test::model_dir();
     if (!whisper_test::have_file(dir + "/model.bin")) return;
@@ -170,36 +151,6 @@ TEST_SUITE("json") {
     CHECK_THROWS_AS(Json::parse(std::string(100000, '[')), FormatError);  // depth limit, no stack overflow
   }
 }
-
-namespace {
-
-std::vector<std::uint8_t> write_ggml(const std::vector<GgmlTensor>& tensors) {
-  Bytes b;
-  b.put<std::uint32_t>(kGgmlMagic);
-  for (std::int32_t v : {50300, 8, 4, 2, 1, 6, 4, 2, 1, 3, 1}) b.put(v);  // small hparams, ftype f16
-  b.put<std::int32_t>(3).put<std::int32_t>(2);
-  for (float f : {0.f, 1.f, 2.f, 3.f, 4.f, 5.f}) b.put(f);
-  b.put<std::int32_t>(3);
-  for (const std::string t : {"a", " b", "\xC3\xA9"}) b.put<std::uint32_t>(static_cast<std::uint32_t>(t.size())).str(t);
-  for (const auto& t : tensors) {
-    b.put<std::int32_t>(static_cast<std::int32_t>(t.ne.size()))
-        .put<std::int32_t>(static_cast<std::int32_t>(t.name.size()))
-        .put<std::int32_t>(t.type);
-    for (auto ne : t.ne) b.put<std::int32_t>(static_cast<std::int32_t>(ne));
-    b.str(t.name);
-    for (float f : t.data) {
-      if (t.type == 0) {
-        b.put(f);
-      } else {
-        const _Float16 h = static_cast<_Float16>(f);
-        b.raw(&h, 2);
-      }
-    }
-  }
-  return b.b;
-}
-
-}  // namespace
 
 TEST_SUITE("ggml") {
   TEST_CASE("header of for-tests-ggml-tiny.en.bin") {

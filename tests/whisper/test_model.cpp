@@ -8,9 +8,13 @@
 #include <numbers>
 
 #include "dense_decoder.hpp"
+#include "synthetic_files.hpp"
 #include "test_util.hpp"
 
 using namespace polyattn::whisper;
+using whisper_test::tiny_ct2;
+using whisper_test::tiny_ggml;
+using whisper_test::tiny_pytorch_model;
 
 TEST_SUITE("model") {
   TEST_CASE("layers: conv1d_k3, sinusoids, encoder attention") {
@@ -118,171 +122,6 @@ TEST_SUITE("model") {
     MESSAGE("empty audio: \"" << silence.text << "\"");
   }
 }
-
-namespace {
-
-using whisper_test::Bytes;
-
-// A random Whisper-shaped model (d = 8, 2 heads, one layer each) under PyTorch names.
-struct TinyTensor {
-  std::string name;
-  std::vector<std::int64_t> shape;  // PyTorch order
-  std::vector<float> data;
-};
-
-std::vector<TinyTensor> tiny_pytorch_model(whisper_test::Rng& rng, int n_vocab, int d) {
-  std::vector<TinyTensor> t;
-  auto add = [&](const std::string& name, std::vector<std::int64_t> shape) {
-    std::int64_t n = 1;
-    for (auto s : shape) n *= s;
-    std::vector<float> v(static_cast<std::size_t>(n));
-    for (auto& x : v) x = rng.normal_ish() * 0.5f;
-    t.push_back({name, std::move(shape), std::move(v)});
-  };
-  auto ln = [&](const std::string& p) { add(p + ".weight", {d}); add(p + ".bias", {d}); };
-  auto lin = [&](const std::string& p, std::int64_t out, std::int64_t in, bool bias = true) {
-    add(p + ".weight", {out, in});
-    if (bias) add(p + ".bias", {out});
-  };
-  auto attn = [&](const std::string& p) {
-    lin(p + ".query", d, d);
-    lin(p + ".key", d, d, false);
-    lin(p + ".value", d, d);
-    lin(p + ".out", d, d);
-  };
-  add("encoder.conv1.weight", {d, 80, 3});
-  add("encoder.conv1.bias", {d, 1});  // whisper.cpp stores conv biases as (d, 1)
-  add("encoder.conv2.weight", {d, d, 3});
-  add("encoder.conv2.bias", {d, 1});
-  add("encoder.positional_embedding", {1500, d});
-  ln("encoder.blocks.0.attn_ln");
-  attn("encoder.blocks.0.attn");
-  ln("encoder.blocks.0.mlp_ln");
-  lin("encoder.blocks.0.mlp.0", 4 * d, d);
-  lin("encoder.blocks.0.mlp.2", d, 4 * d);
-  ln("encoder.ln_post");
-  add("decoder.token_embedding.weight", {n_vocab, d});
-  add("decoder.positional_embedding", {448, d});
-  ln("decoder.blocks.0.attn_ln");
-  attn("decoder.blocks.0.attn");
-  ln("decoder.blocks.0.cross_attn_ln");
-  attn("decoder.blocks.0.cross_attn");
-  ln("decoder.blocks.0.mlp_ln");
-  lin("decoder.blocks.0.mlp.0", 4 * d, d);
-  lin("decoder.blocks.0.mlp.2", d, 4 * d);
-  ln("decoder.ln");
-  return t;
-}
-
-std::vector<std::uint8_t> tiny_ggml(const std::vector<TinyTensor>& tensors, int n_vocab, int d) {
-  Bytes b;
-  b.put<std::uint32_t>(kGgmlMagic);
-  for (std::int32_t v : {n_vocab, 1500, d, 2, 1, 448, d, 2, 1, 80, 0}) b.put(v);
-  b.put<std::int32_t>(1).put<std::int32_t>(1).put(0.0f);  // a 1x1 filter bank (unused)
-  b.put<std::int32_t>(2);
-  for (const std::string tok : {"a", "b"}) b.put<std::uint32_t>(1).str(tok);
-  for (const auto& t : tensors) {
-    b.put<std::int32_t>(static_cast<std::int32_t>(t.shape.size()))
-        .put<std::int32_t>(static_cast<std::int32_t>(t.name.size()))
-        .put<std::int32_t>(0);
-    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) b.put<std::int32_t>(static_cast<std::int32_t>(*it));
-    b.str(t.name);
-    for (float f : t.data) b.put(f);
-  }
-  return b.b;
-}
-
-// The same model under CTranslate2 WhisperSpec names (fused q/k/v, zero key bias).
-std::vector<std::uint8_t> tiny_ct2(const std::vector<TinyTensor>& tensors) {
-  std::map<std::string, const TinyTensor*> by_name;
-  for (const auto& t : tensors) by_name[t.name] = &t;
-  struct Var {
-    std::string name;
-    std::vector<std::uint32_t> shape;
-    std::vector<float> data;
-  };
-  std::vector<Var> vars;
-  auto copy = [&](const std::string& ct2, const std::string& pt) {
-    const TinyTensor& t = *by_name.at(pt);
-    std::vector<std::uint32_t> shape;
-    for (auto s : t.shape) shape.push_back(static_cast<std::uint32_t>(s));
-    if (shape.size() == 2 && shape[1] == 1) shape.pop_back();  // conv biases are 1-D in CT2
-    vars.push_back({ct2, shape, t.data});
-  };
-  auto ln = [&](const std::string& ct2, const std::string& pt) {
-    copy(ct2 + "/gamma", pt + ".weight");
-    copy(ct2 + "/beta", pt + ".bias");
-  };
-  auto fused = [&](const std::string& ct2, const std::vector<std::string>& parts) {
-    std::uint32_t rows = 0, cols = 0;
-    for (const auto& p : parts) {
-      rows += static_cast<std::uint32_t>(by_name.at(p + ".weight")->shape[0]);
-      cols = static_cast<std::uint32_t>(by_name.at(p + ".weight")->shape[1]);
-    }
-    Var w{ct2 + "/weight", {rows, cols}, {}};
-    Var b{ct2 + "/bias", {rows}, {}};
-    for (const auto& p : parts) {
-      const TinyTensor& pw = *by_name.at(p + ".weight");
-      w.data.insert(w.data.end(), pw.data.begin(), pw.data.end());
-      const auto it = by_name.find(p + ".bias");
-      if (it != by_name.end()) b.data.insert(b.data.end(), it->second->data.begin(), it->second->data.end());
-      else b.data.insert(b.data.end(), static_cast<std::size_t>(pw.shape[0]), 0.0f);  // Whisper's key: no bias
-    }
-    vars.push_back(std::move(w));
-    vars.push_back(std::move(b));
-  };
-  auto lin = [&](const std::string& ct2, const std::string& pt) { fused(ct2, {pt}); };
-  copy("encoder/conv1/weight", "encoder.conv1.weight");
-  copy("encoder/conv1/bias", "encoder.conv1.bias");
-  copy("encoder/conv2/weight", "encoder.conv2.weight");
-  copy("encoder/conv2/bias", "encoder.conv2.bias");
-  copy("encoder/position_encodings/encodings", "encoder.positional_embedding");
-  ln("encoder/layer_0/self_attention/layer_norm", "encoder.blocks.0.attn_ln");
-  fused("encoder/layer_0/self_attention/linear_0",
-        {"encoder.blocks.0.attn.query", "encoder.blocks.0.attn.key", "encoder.blocks.0.attn.value"});
-  lin("encoder/layer_0/self_attention/linear_1", "encoder.blocks.0.attn.out");
-  ln("encoder/layer_0/ffn/layer_norm", "encoder.blocks.0.mlp_ln");
-  lin("encoder/layer_0/ffn/linear_0", "encoder.blocks.0.mlp.0");
-  lin("encoder/layer_0/ffn/linear_1", "encoder.blocks.0.mlp.2");
-  ln("encoder/layer_norm", "encoder.ln_post");
-  copy("decoder/embeddings/weight", "decoder.token_embedding.weight");
-  copy("decoder/position_encodings/encodings", "decoder.positional_embedding");
-  ln("decoder/layer_0/self_attention/layer_norm", "decoder.blocks.0.attn_ln");
-  fused("decoder/layer_0/self_attention/linear_0",
-        {"decoder.blocks.0.attn.query", "decoder.blocks.0.attn.key", "decoder.blocks.0.attn.value"});
-  lin("decoder/layer_0/self_attention/linear_1", "decoder.blocks.0.attn.out");
-  ln("decoder/layer_0/attention/layer_norm", "decoder.blocks.0.cross_attn_ln");
-  lin("decoder/layer_0/attention/linear_0", "decoder.blocks.0.cross_attn.query");
-  fused("decoder/layer_0/attention/linear_1", {"decoder.blocks.0.cross_attn.key", "decoder.blocks.0.cross_attn.value"});
-  lin("decoder/layer_0/attention/linear_2", "decoder.blocks.0.cross_attn.out");
-  ln("decoder/layer_0/ffn/layer_norm", "decoder.blocks.0.mlp_ln");
-  lin("decoder/layer_0/ffn/linear_0", "decoder.blocks.0.mlp.0");
-  lin("decoder/layer_0/ffn/linear_1", "decoder.blocks.0.mlp.2");
-  ln("decoder/layer_norm", "decoder.ln");
-
-  Bytes b;
-  auto str = [&](const std::string& s) { b.put<std::uint16_t>(static_cast<std::uint16_t>(s.size() + 1)).str(s).put<std::uint8_t>(0); };
-  b.put<std::uint32_t>(6);
-  str("WhisperSpec");
-  b.put<std::uint32_t>(3).put<std::uint32_t>(static_cast<std::uint32_t>(vars.size() + 2));
-  for (const auto& v : vars) {
-    str(v.name);
-    b.put<std::uint8_t>(static_cast<std::uint8_t>(v.shape.size()));
-    for (auto s : v.shape) b.put(s);
-    b.put<std::uint8_t>(0).put<std::uint32_t>(static_cast<std::uint32_t>(v.data.size() * 4));
-    for (float f : v.data) b.put(f);
-  }
-  for (const std::string name : {"encoder/num_heads", "decoder/num_heads"}) {
-    str(name);
-    b.put<std::uint8_t>(0).put<std::uint8_t>(2).put<std::uint32_t>(2).put<std::int16_t>(2);
-  }
-  b.put<std::uint32_t>(1);
-  str("decoder/projection/weight");
-  str("decoder/embeddings/weight");
-  return b.b;
-}
-
-}  // namespace
 
 TEST_SUITE("model") {
   TEST_CASE("synthetic model: ggml and CTranslate2 forms load the same weights and logits") {

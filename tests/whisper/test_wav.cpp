@@ -5,46 +5,13 @@
 #include <cmath>
 #include <numbers>
 
+#include "synthetic_files.hpp"
 #include "test_util.hpp"
 
 using namespace polyattn::whisper;
 using whisper_test::Bytes;
-
-namespace {
-
-// A WAV file with one fmt chunk (plain or EXTENSIBLE), an unrelated LIST chunk, and data.
-std::vector<std::uint8_t> make_wav(int tag, int channels, int rate, int bits, const std::vector<std::uint8_t>& data,
-                                   bool extensible = false) {
-  Bytes fmt;
-  const int block = channels * bits / 8;
-  fmt.put<std::uint16_t>(static_cast<std::uint16_t>(extensible ? 0xFFFE : tag))
-      .put<std::uint16_t>(static_cast<std::uint16_t>(channels))
-      .put<std::uint32_t>(static_cast<std::uint32_t>(rate))
-      .put<std::uint32_t>(static_cast<std::uint32_t>(rate * block))
-      .put<std::uint16_t>(static_cast<std::uint16_t>(block))
-      .put<std::uint16_t>(static_cast<std::uint16_t>(bits));
-  if (extensible) {
-    const std::uint8_t guid_tail[14] = {0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x80, 0x00, 0x00, 0xAA, 0x00, 0x38, 0x9B, 0x71};
-    fmt.put<std::uint16_t>(22).put<std::uint16_t>(static_cast<std::uint16_t>(bits)).put<std::uint32_t>(3);
-    fmt.put<std::uint16_t>(static_cast<std::uint16_t>(tag)).raw(guid_tail, 14);
-  }
-  Bytes w;
-  w.str("RIFF").put<std::uint32_t>(0).str("WAVE");
-  w.str("fmt ").put<std::uint32_t>(static_cast<std::uint32_t>(fmt.b.size())).raw(fmt.b.data(), fmt.b.size());
-  w.str("LIST").put<std::uint32_t>(3).str("abc").put<std::uint8_t>(0);  // odd size: pad byte
-  w.str("data").put<std::uint32_t>(static_cast<std::uint32_t>(data.size())).raw(data.data(), data.size());
-  const auto riff_size = static_cast<std::uint32_t>(w.b.size() - 8);
-  std::memcpy(&w.b[4], &riff_size, 4);
-  return w.b;
-}
-
-std::vector<std::uint8_t> pcm16(const std::vector<std::int16_t>& s) {
-  Bytes b;
-  for (auto v : s) b.put(v);
-  return b.b;
-}
-
-}  // namespace
+using whisper_test::make_wav;
+using whisper_test::pcm16;
 
 TEST_SUITE("wav") {
   TEST_CASE("PCM16 mono round trip") {
