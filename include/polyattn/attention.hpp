@@ -71,11 +71,20 @@ void attend_with_hooks(const AttentionShape& shape, const typename Variant::Para
     jobs[i].out = out_data + std::ptrdiff_t(i) * out_stride;
   }
   const std::span<const QueryJob> all(jobs.data(), jobs.size());
-  if constexpr (Variant::derives_rows)
+  if constexpr (Variant::derives_rows) {
+    // Derived rows (slim option 1's V = K W_kv, keys rotated after reading for RoPE) are computed
+    // on the host from every visible token at every attend, as dense matrices the executor reads
+    // through DerivedRows. An executor that reads a device copy of the cache would have to upload
+    // all of them at every step (as many bytes as the attend reads): not supported.
+    static_assert(!requires { Executor::mirrors_cache_rows; },
+                  "polyattn: variants that derive rows at attend time (derives_rows: SlimK<slim::ValuesFromKeys, ...> = "
+                  "SlimK1, and SlimK<..., slim::Rope>) are not supported by executors that mirror the cache on a "
+                  "device (exec::Cuda): use SlimK2 (SlimK<slim::WeightedKeys, slim::NoRope>) or a CPU executor");
     Variant::attend_derived(shape, params, store, all, scratch.derived,
                             [&](const auto& view, std::span<const QueryJob> some) { executor.attend(view, spec, some); });
-  else
+  } else {
     executor.attend(store, spec, all);
+  }
   if constexpr (Variant::transforms_outputs) Variant::finish_outputs(shape, params, scratch.attended, out);
 }
 

@@ -11,6 +11,9 @@
 // Compile in a .cu translation unit (nvcc, C++20). A TU that also includes Eigen (attention.hpp
 // does) should define EIGEN_NO_CUDA so Eigen stays host-only, as the project's CMake does.
 //
+// Variants: every one whose attend reads rows as cached (Mha/Gqa/Mqa, SlimK2, XCache, Mla, Mtla);
+// their query/output hooks run on the host (attend_with_hooks). Variants that derive rows at
+// attend time (derives_rows: SlimK1, SlimK with RoPE) are refused at compile time there.
 // Limits, checked with a clear error: key_dim and value_dim <= 2048, at most 4 cached tensors.
 // Rows are assumed immutable once written, except each sequence's last row where the spec says
 // the variant rewrites it (AttendSpec::rewrites_last_row, MTLA's merge into the open slot): the
