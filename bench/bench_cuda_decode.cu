@@ -1,20 +1,30 @@
-// Decode attention on the GPU (exec::Cuda): per KV-sharing variant (MHA, GQA<2>, MQA) at
-// L = 4096, 16384, 65536 and batch 1, 16, 64, plus a cache-layout comparison at one shape.
-// A step is one query per sequence over its whole cache (attend), so it reads
-// batch * L * bytes-per-token of cache. Counters:
-//   GB_per_s         cache bytes / wall time of the call (queries up, outputs down, sync)
+// Decode attention on the GPU (exec::Cuda) at L = 4096, 16384, 65536 and batch 1, 16, 64:
+//   8 heads x 64:   MHA, GQA<2>, MQA, SlimK2 (K-only cache, half of MHA's)
+//   16 heads x 128: MHA and Mla<512, 64> (DeepSeek-V2's latent 512 + RoPE key 64)
+//   12 heads x 64:  MHA and Whisper-MLA (Whisper small: latent 96 + 4 kept key dims per head)
+// plus a cache-layout comparison at one shape. A step is one query per sequence over its whole
+// cache (attend), so it reads batch * L * bytes-per-token of cache. Counters:
+//   GB_per_s         cache bytes / wall time of the call (host hooks, queries up, outputs down)
 //   kernel_GB_per_s  cache bytes / GPU time of the attention kernels alone
 //   of_d2d_bw        kernel_GB_per_s / d2d_GB_per_s, the roofline fraction
 //   d2d_GB_per_s     a device-to-device cudaMemcpy measured in this run, counting bytes read
 //                    plus bytes written (what HBM moves per second)
+//   cache_vs_mha     bytes per token / MHA's at the same shape
+//   kernel_vs_mha    kernel time per step / MHA's at the same shape, L and batch (MHA's rows run
+//                    first, in registration order; absent when MHA's row was skipped)
 // Compare variants as ratios within one run.
 #include <benchmark/benchmark.h>
 
 #include <cuda_runtime.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <map>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <polyattn/attention.hpp>
@@ -22,10 +32,17 @@
 #include <polyattn/cache/paged.hpp>
 #include <polyattn/exec/cuda/cuda.cuh>
 #include <polyattn/variants/mha_gqa.hpp>
+#include <polyattn/variants/mla.hpp>
+#include <polyattn/variants/slim_k.hpp>
+
+#include "support/variant_inputs.hpp"
 
 namespace {
 
 using namespace polyattn;
+
+using DeepSeekMla = Mla<512, 64, MlaKeyPart::decoupled_rope>;
+using WhisperMla = Mla<96, 4, MlaKeyPart::preserved>;
 
 /// Best-of-`repeats` device-to-device copy of `bytes`, in bytes moved (read + write) per second.
 double measure_d2d_bandwidth(std::size_t bytes = std::size_t(1) << 30, int repeats = 10) {
@@ -59,6 +76,15 @@ bool skip_without_device(benchmark::State& state) {
   return true;
 }
 
+/// MHA's kernel seconds per step by (heads, dim, L, batch), for the other variants' ratios.
+std::map<std::array<long, 4>, double>& mha_kernel_seconds() {
+  static std::map<std::array<long, 4>, double> seconds;
+  return seconds;
+}
+
+/// Half of the host's memory: the host store holds the whole cache too (it is the source of truth).
+std::size_t host_cache_limit() { return std::size_t(sysconf(_SC_PHYS_PAGES)) * std::size_t(sysconf(_SC_PAGE_SIZE)) / 2; }
+
 /// args: n_heads, head_dim, context length L, batch.
 template <class Variant, class Layout>
 void BM_CudaDecode(benchmark::State& state) {
@@ -70,30 +96,22 @@ void BM_CudaDecode(benchmark::State& state) {
   const std::size_t bytes_per_step = per_token * std::size_t(length) * std::size_t(batch);
   std::size_t free_bytes = 0, total_bytes = 0;
   POLYATTN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  if (bytes_per_step + (std::size_t(256) << 20) > free_bytes) {
+  if (bytes_per_step + (std::size_t(256) << 20) > free_bytes || bytes_per_step > host_cache_limit()) {
     state.SkipWithError(("cache of " + std::to_string(bytes_per_step >> 20) + " MiB does not fit the device's " +
-                         std::to_string(free_bytes >> 20) + " MiB free")
+                         std::to_string(free_bytes >> 20) + " MiB free or half of the host's memory")
                             .c_str());
     return;
   }
 
-  A attn(shape, {.max_sequences = batch, .capacity = length});
+  std::mt19937 rng(42);
+  A attn(shape, {.max_sequences = batch, .capacity = length}, bench::Inputs<Variant>::params(shape, rng));
   std::vector<int> seqs;
   for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
-  std::mt19937 rng(42);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  constexpr int kFillBlock = 512;  // rows generated once, appended repeatedly
-  const int kv_width = Variant::kv_heads(shape) * shape.head_dim;
-  const RowMatrixXf k = RowMatrixXf::NullaryExpr(kFillBlock, kv_width, [&] { return dist(rng); });
-  const RowMatrixXf v = RowMatrixXf::NullaryExpr(kFillBlock, kv_width, [&] { return dist(rng); });
-  for (int seq : seqs)
-    for (int done = 0; done < length; done += kFillBlock) {
-      const int n = std::min(kFillBlock, length - done);
-      attn.append(seq, {k.topRows(n), v.topRows(n)});
-    }
+  const bench::Inputs<Variant> block(shape, rng);
+  bench::fill_cache(attn, seqs, length, [&](A& a, int seq, int n) { a.append(seq, block.rows(n)); });
 
-  const RowMatrixXf q = RowMatrixXf::NullaryExpr(batch, shape.query_width(), [&] { return dist(rng); });
-  RowMatrixXf out(batch, shape.query_width());
+  const RowMatrixXf q = bench::uniform(batch, Variant::query_width(shape), rng);
+  RowMatrixXf out(batch, Variant::output_width(shape));
   d2d_bandwidth();              // measured before timing starts
   attn.attend(seqs, q, out);    // the first call copies the whole cache to the device
   double kernel_seconds = 0;
@@ -112,14 +130,25 @@ void BM_CudaDecode(benchmark::State& state) {
   state.counters["kernel_GB_per_s"] = kernel_rate * 1e-9;
   state.counters["of_d2d_bw"] = d2d_bandwidth() > 0 ? kernel_rate / d2d_bandwidth() : 0.0;
   state.counters["d2d_GB_per_s"] = d2d_bandwidth() * 1e-9;
+  state.counters["cache_vs_mha"] = double(per_token) / double(Attention<Mha, Layout, exec::Cuda>::cache_bytes_per_token(shape));
+  const std::array<long, 4> key{long(state.range(0)), long(state.range(1)), long(length), long(batch)};
+  const double step_seconds = steps > 0 ? kernel_seconds / steps : 0.0;
+  if constexpr (std::is_same_v<Variant, Mha> && std::is_same_v<Layout, Nhd>) {
+    mha_kernel_seconds()[key] = step_seconds;
+  } else if (const auto mha = mha_kernel_seconds().find(key); mha != mha_kernel_seconds().end() && mha->second > 0) {
+    state.counters["kernel_vs_mha"] = step_seconds / mha->second;
+  }
   state.SetLabel(A::name());
 }
 
-void DecodeShapes(benchmark::internal::Benchmark* b) {
+void Shapes(benchmark::internal::Benchmark* b, int heads, int dim) {
   for (int length : {4096, 16384, 65536})
-    for (int batch : {1, 16, 64}) b->Args({8, 64, length, batch});
+    for (int batch : {1, 16, 64}) b->Args({heads, dim, length, batch});
   b->ArgNames({"heads", "dim", "L", "batch"})->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 }
+void DecodeShapes(benchmark::internal::Benchmark* b) { Shapes(b, 8, 64); }
+void DeepSeekShapes(benchmark::internal::Benchmark* b) { Shapes(b, 16, 128); }
+void WhisperSmallShapes(benchmark::internal::Benchmark* b) { Shapes(b, 12, 64); }
 
 void LayoutShape(benchmark::internal::Benchmark* b) {
   b->Args({8, 64, 16384, 16})->ArgNames({"heads", "dim", "L", "batch"})->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
@@ -138,6 +167,11 @@ BENCHMARK(BM_DeviceCopy)->Iterations(1);
 BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd>)->Apply(DecodeShapes);
 BENCHMARK(BM_CudaDecode<polyattn::Gqa<2>, polyattn::Nhd>)->Apply(DecodeShapes);
 BENCHMARK(BM_CudaDecode<polyattn::Mqa, polyattn::Nhd>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::SlimK2, polyattn::Nhd>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd>)->Apply(DeepSeekShapes);
+BENCHMARK(BM_CudaDecode<DeepSeekMla, polyattn::Nhd>)->Apply(DeepSeekShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd>)->Apply(WhisperSmallShapes);
+BENCHMARK(BM_CudaDecode<WhisperMla, polyattn::Nhd>)->Apply(WhisperSmallShapes);
 BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Hnd>)->Apply(LayoutShape);
 BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Paged<16>>)->Apply(LayoutShape);
 

@@ -15,6 +15,7 @@
 
 #include "support/decode_step.hpp"
 #include "support/read_bandwidth.hpp"
+#include "support/variant_inputs.hpp"
 
 namespace {
 
@@ -25,50 +26,8 @@ using WhisperMla = Mla<96, 4, MlaKeyPart::preserved>;
 template <int S>
 using MtlaPaper = Mtla<256, S, 32>;
 
-RowMatrixXf uniform(Eigen::Index rows, Eigen::Index cols, std::mt19937& rng, float range = 1.f) {
-  std::uniform_real_distribution<float> dist(-range, range);
-  return RowMatrixXf::NullaryExpr(rows, cols, [&] { return dist(rng); });
-}
-
-/// Weights and one block of cache rows per variant family (values do not change the timing).
-template <class V>
-struct Inputs {  // MHA / GQA / MQA
-  static typename V::Params params(AttentionShape, std::mt19937&) { return {}; }
-  RowMatrixXf k, v;
-  Inputs(AttentionShape s, std::mt19937& rng)
-      : k(uniform(bench::kFillBlock, V::kv_heads(s) * s.head_dim, rng)), v(uniform(bench::kFillBlock, V::kv_heads(s) * s.head_dim, rng)) {}
-  typename V::Rows rows(int n) const { return {k.topRows(n), v.topRows(n)}; }
-};
-
-template <int R, int K, MlaKeyPart P>
-struct Inputs<Mla<R, K, P>> {
-  using V = Mla<R, K, P>;
-  static typename V::Params params(AttentionShape s, std::mt19937& rng) {
-    return {uniform(R, s.n_heads * V::nope_dim(s), rng, 0.1f), uniform(R, s.n_heads * s.head_dim, rng, 0.1f), {}, 0};
-  }
-  RowMatrixXf latent, part;
-  Inputs(AttentionShape s, std::mt19937& rng) : latent(uniform(bench::kFillBlock, R, rng)), part(uniform(bench::kFillBlock, V::key_part_width(s), rng)) {}
-  typename V::Rows rows(int n) const { return {latent.topRows(n), part.topRows(n)}; }
-};
-
-template <int R, int S, int D>
-struct Inputs<Mtla<R, S, D>> {
-  using V = Mtla<R, S, D>;
-  static typename V::Params params(AttentionShape s, std::mt19937& rng) {
-    typename V::Params p;
-    p.w_uk = uniform(R, s.n_heads * s.head_dim, rng, 0.1f);
-    p.w_uv = uniform(R, s.n_heads * s.head_dim, rng, 0.1f);
-    p.ln_gamma = Eigen::RowVectorXf::Ones(R);
-    p.ln_beta = Eigen::RowVectorXf::Zero(R);
-    p.pos_weight = uniform(R, V::hyper_dim, rng, 0.1f);
-    p.latent_weight = uniform(R, V::hyper_dim, rng, 0.1f);
-    p.pos_bias = p.latent_bias = Eigen::RowVectorXf::Zero(V::hyper_dim);
-    return p;
-  }
-  RowMatrixXf latent, rope;
-  Inputs(AttentionShape, std::mt19937& rng) : latent(uniform(bench::kFillBlock, R, rng)), rope(uniform(bench::kFillBlock, D, rng)) {}
-  typename V::Rows rows(int n) const { return {latent.topRows(n), rope.topRows(n)}; }
-};
+using bench::Inputs;
+using bench::uniform;
 
 /// args: n_heads (head_dim 64), cached tokens L, batch.
 template <class Variant>

@@ -2,6 +2,7 @@
 // addresses exactly the rows the host stores do, and the mirror tracker plans the right copies.
 #include <doctest/doctest.h>
 
+#include <utility>
 #include <vector>
 
 #include <polyattn/cache/contiguous.hpp>
@@ -113,4 +114,52 @@ TEST_CASE("the mirror tracker copies only page-table entries that changed") {
   CHECK(plan.page_tables[0].first == 2);
   CHECK(plan.page_tables[0].count == 1);
   CHECK(tracker.page_table()[2] == store.pages_of(a)[2]);
+}
+
+TEST_CASE_TEMPLATE("the mirror tracker re-copies each sequence's last row when the variant rewrites it", Layout, Nhd, Hnd, Paged<4>) {
+  // Mtla-like: later tokens merge into a sequence's last row, so the row that was last when the
+  // mirror copied it may differ now; rows before it are final.
+  const std::vector<TensorSpec> specs{{1, 6}};
+  CacheStore<Layout, float> store(specs, {.max_sequences = 2, .capacity = 16});
+  MirrorTracker tracker;
+  tracker.reset(device_geometry(store));
+  const int a = store.open(), b = store.open();
+  const auto rows_of = [](const MirrorPlan& plan, int seq) {
+    for (const RowRange& r : plan.rows)
+      if (r.seq == seq) return std::pair{r.first, r.count};
+    return std::pair{-1, 0};
+  };
+
+  store.grow(a, 1);  // token 0 opens row 0
+  store.grow(b, 3);
+  MirrorPlan plan = tracker.plan(store, jobs_for({a, a, b}), true);  // a twice (prefill): planned once
+  CHECK(plan.rows.size() == 2);
+  CHECK(rows_of(plan, a) == std::pair{0, 1});
+  CHECK(rows_of(plan, b) == std::pair{0, 3});
+
+  // Token 1 merges into row 0 (no new row): row 0 is copied again.
+  plan = tracker.plan(store, jobs_for({a}), true);
+  CHECK(rows_of(plan, a) == std::pair{0, 1});
+  // Tokens merge into row 0, then open row 1, with no attend between: rows 0 and 1.
+  store.grow(a, 1);
+  plan = tracker.plan(store, jobs_for({a}), true);
+  CHECK(rows_of(plan, a) == std::pair{0, 2});
+  CHECK(tracker.synced(a) == 2);
+  // Another step: only the last row (1) again, never the final row 0.
+  plan = tracker.plan(store, jobs_for({b, a}), true);
+  CHECK(rows_of(plan, a) == std::pair{1, 1});
+  CHECK(rows_of(plan, b) == std::pair{2, 1});
+  store.grow(a, 2);
+  plan = tracker.plan(store, jobs_for({a}), true);
+  CHECK(rows_of(plan, a) == std::pair{1, 3});
+
+  // Without the flag nothing already copied is copied again.
+  CHECK(tracker.plan(store, jobs_for({a, b}), false).rows.empty());
+
+  // A reopened slot starts from row 0 either way.
+  store.close(b);
+  CHECK(store.open() == b);
+  store.grow(b, 2);
+  plan = tracker.plan(store, jobs_for({b}), true);
+  CHECK(rows_of(plan, b) == std::pair{0, 2});
 }

@@ -9,6 +9,7 @@
 #include <polyattn/polyattn.hpp>
 
 #include "support/latent_oracle.hpp"
+#include "support/latent_scenarios.hpp"
 
 using namespace polyattn;
 using namespace polyattn::testing;
@@ -20,20 +21,6 @@ static_assert(Attention<Mtla<256, 3, 32>, Nhd, exec::CpuSimd>::cache_bytes_per_r
 namespace {
 
 constexpr AttentionShape kShape{3, 8};  // query head 8 + 4 RoPE dims; Rank 16, hyper-network 4 wide
-
-template <class V>
-typename V::Params random_params(AttentionShape s, std::mt19937& rng) {
-  typename V::Params p;
-  p.w_uk = bounded_weight(V::rank, s.n_heads * s.head_dim, s.head_dim, rng);
-  p.w_uv = bounded_weight(V::rank, s.n_heads * s.head_dim, V::rank, rng);
-  p.ln_gamma = (random_matrix(1, V::rank, rng, 0.5f).array() + 1.0f).matrix();
-  p.ln_beta = random_matrix(1, V::rank, rng, 0.2f);
-  p.pos_weight = random_matrix(V::rank, V::hyper_dim, rng, 0.5f);
-  p.pos_bias = random_matrix(1, V::hyper_dim, rng, 0.5f);
-  p.latent_weight = random_matrix(V::rank, V::hyper_dim, rng, 0.5f);
-  p.latent_bias = random_matrix(1, V::hyper_dim, rng, 0.5f);
-  return p;
-}
 
 /// A dense slot cache in double for Mtla::write_rows (one sequence, one head).
 struct SlotStore {
@@ -78,7 +65,7 @@ using MtlaS = Mtla<16, S, 4>;
 TEST_CASE_TEMPLATE("Mtla in double: incremental merging equals the parallel stride-masked path", V, MtlaS<1>, MtlaS<2>, MtlaS<3>, MtlaS<4>,
                    Mtla<36, 3, 6>) {
   std::mt19937 rng(100 + V::stride);
-  const auto p = random_params<V>(kShape, rng);
+  const auto p = random_mtla_params<V>(kShape, rng);
   for (int T : {1, V::stride, 3 * V::stride, 3 * V::stride + 1, 13}) {
     INFO(V::name(), " T = ", T);
     const RowMatrixXf q = random_matrix(T, V::query_width(kShape), rng), lat = random_matrix(T, V::rank, rng);
@@ -94,7 +81,7 @@ TEST_CASE_TEMPLATE("Mtla in double: incremental merging equals the parallel stri
 TEST_CASE("Mtla's block cache update is the paper's per-token formula") {
   using V = MtlaS<3>;
   std::mt19937 rng(8);
-  const auto p = random_params<V>(kShape, rng);
+  const auto p = random_mtla_params<V>(kShape, rng);
   const RowMatrixXf lat = random_matrix(5, V::rank, rng), kr = random_matrix(5, V::rope_dim, rng);
   SlotStore block{V::rank + V::rope_dim, {}}, one_by_one{V::rank + V::rope_dim, {}};
   V::write_rows(block, 0, 0, kShape, p, {lat, kr}, 0, 5);  // tokens 0..4: slot 0 full, slot 1 holds 3 and 4
@@ -117,7 +104,7 @@ TEST_CASE("Mtla's block cache update is the paper's per-token formula") {
 TEST_CASE("Mtla with stride 1 opens a slot for every token (the reference code's T % s != 1 never does)") {
   using V = MtlaS<1>;
   std::mt19937 rng(5);
-  const auto p = random_params<V>(kShape, rng);
+  const auto p = random_mtla_params<V>(kShape, rng);
   Attention<V, Nhd, exec::Reference> attn(kShape, {.max_sequences = 1, .capacity = 8}, p);
   const int seq = attn.open_sequence();
   const int one[] = {seq};
@@ -137,22 +124,6 @@ struct Combo {
   using type = Attention<V, L, E, float>;
 };
 
-/// One sequence's inputs so far.
-struct Tokens {
-  int seq = -1;
-  RowMatrixXf q, lat, kr;
-  void add(const RowMatrixXf& q2, const RowMatrixXf& l2, const RowMatrixXf& k2) {
-    auto cat = [](RowMatrixXf& a, const RowMatrixXf& b) {
-      RowMatrixXf c(a.rows() + b.rows(), b.cols());
-      c << a, b;
-      a = std::move(c);
-    };
-    cat(q, q2);
-    cat(lat, l2);
-    cat(kr, k2);
-  }
-};
-
 }  // namespace
 
 #define POLYATTN_MTLA_COMBOS_FOR(V)                                                                                  \
@@ -162,80 +133,14 @@ struct Tokens {
 
 TEST_CASE_TEMPLATE("Mtla in fp32: decode, chunked prefill and batched decode equal the parallel path", C, POLYATTN_MTLA_COMBOS_FOR(MtlaS<1>),
                    POLYATTN_MTLA_COMBOS_FOR(MtlaS<2>), POLYATTN_MTLA_COMBOS_FOR(MtlaS<3>), POLYATTN_MTLA_COMBOS_FOR(MtlaS<4>)) {
-  using A = typename C::type;
-  using V = typename A::variant_type;
-  const AttentionShape s = kShape;
-  const int qw = V::query_width(s), ow = V::output_width(s);
-  const double tol = 1e-5;  // outputs are O(1): entries of q, latent, RoPE key in [-1, 1], bounded weights
-  std::mt19937 rng(900 + V::stride);
-  const auto p = random_params<V>(s, rng);
-  A attn(s, {.max_sequences = 3, .capacity = 16, .poison_unused = true}, p, 2);  // rows: 16 tokens at stride 1
-  auto parallel_last_rows = [&](const Tokens& t, int n) {
-    const RowMatrixXd all = V::template parallel_attention<double>(s, p, t.q, {t.lat, t.kr});
-    return RowMatrixXd(all.bottomRows(n));
-  };
-  auto fresh = [&](int n) {
-    return std::tuple{random_matrix(n, qw, rng), random_matrix(n, V::rank, rng), random_matrix(n, V::rope_dim, rng)};
-  };
-
-  // Sequence a: 13 tokens, one decode call each.
-  Tokens a{attn.open_sequence(), RowMatrixXf(0, qw), RowMatrixXf(0, V::rank), RowMatrixXf(0, V::rope_dim)};
-  const int only_a[] = {a.seq};
-  for (int i = 0; i < 13; ++i) {
-    auto [q, lat, kr] = fresh(1);
-    RowMatrixXf out(1, ow);
-    attn.decode(only_a, q, {lat, kr}, out);
-    a.add(q, lat, kr);
-    INFO(A::name(), " decode token ", i);
-    CHECK(max_abs_diff(out, parallel_last_rows(a, 1)) <= tol);
-  }
-  CHECK(attn.length(a.seq) == 13);
-  CHECK(attn.cache_rows(a.seq) == (13 + V::stride - 1) / V::stride);
-
-  // Sequence b: prefill 7, then 2 more (chunks start mid-slot for stride > 1).
-  Tokens b{attn.open_sequence(), RowMatrixXf(0, qw), RowMatrixXf(0, V::rank), RowMatrixXf(0, V::rope_dim)};
-  for (int chunk : {7, 2}) {
-    auto [q, lat, kr] = fresh(chunk);
-    RowMatrixXf out(chunk, ow);
-    attn.prefill(b.seq, q, {lat, kr}, Mask::causal, out);
-    b.add(q, lat, kr);
-    INFO(A::name(), " prefill chunk of ", chunk);
-    CHECK(max_abs_diff(out, parallel_last_rows(b, chunk)) <= tol);
-  }
-
-  // Batched decode of b and a together, 3 steps.
-  const int ba[] = {b.seq, a.seq};
-  for (int step = 0; step < 3; ++step) {
-    auto [q, lat, kr] = fresh(2);
-    RowMatrixXf out(2, ow);
-    attn.decode(ba, q, {lat, kr}, out);
-    b.add(q.row(0), lat.row(0), kr.row(0));
-    a.add(q.row(1), lat.row(1), kr.row(1));
-    INFO(A::name(), " batched step ", step);
-    CHECK(max_abs_diff(out.row(0), parallel_last_rows(b, 1)) <= tol);
-    CHECK(max_abs_diff(out.row(1), parallel_last_rows(a, 1)) <= tol);
-  }
-  CHECK(attn.length(a.seq) == 16);
-  CHECK(attn.length(b.seq) == 12);
-  CHECK(attn.cache_bytes_used(a.seq) == std::size_t((16 + V::stride - 1) / V::stride) * (V::rank + V::rope_dim) * sizeof(float));
-
-  // A closed slot is reused from token 0.
-  attn.close_sequence(b.seq);
-  Tokens c{attn.open_sequence(), RowMatrixXf(0, qw), RowMatrixXf(0, V::rank), RowMatrixXf(0, V::rope_dim)};
-  CHECK(c.seq == b.seq);
-  CHECK(attn.length(c.seq) == 0);
-  auto [q, lat, kr] = fresh(5);
-  RowMatrixXf out(5, ow);
-  attn.prefill(c.seq, q, {lat, kr}, Mask::causal, out);
-  c.add(q, lat, kr);
-  CHECK(max_abs_diff(out, parallel_last_rows(c, 5)) <= tol);
+  mtla_decode_prefill_scenario<typename C::type>(kShape);
 }
 
 TEST_CASE_TEMPLATE("Mtla: CpuSimd equals Reference, and a full-mask prefill sees every merged slot", L, Nhd, Hnd, Paged<16>, Paged<5>) {
   using V = Mtla<36, 3, 6>;
   const AttentionShape s{4, 16};
   std::mt19937 rng(21);
-  const auto p = random_params<V>(s, rng);
+  const auto p = random_mtla_params<V>(s, rng);
   Attention<V, L, exec::Reference> ref(s, {.max_sequences = 1, .capacity = 400, .poison_unused = true}, p);
   Attention<V, L, exec::CpuSimd> cpu(s, {.max_sequences = 2, .capacity = 400, .poison_unused = true}, p, 2);
   const int seq = ref.open_sequence();

@@ -12,23 +12,9 @@
 #include <polyattn/attention.hpp>
 
 #include "support/read_bandwidth.hpp"
+#include "support/variant_inputs.hpp"
 
 namespace polyattn::bench {
-
-/// Appends `length` tokens to every sequence, `append_block(attn, seq, n)` appending the first n
-/// (<= kFillBlock) rows of a block of random rows generated once by the caller (filling
-/// gigabytes with fresh random numbers would dominate the set-up time).
-inline constexpr int kFillBlock = 512;
-
-template <class A, class AppendBlock>
-void fill_cache(A& attn, const std::vector<int>& seqs, int length, AppendBlock&& append_block) {
-  for (int seq : seqs)
-    for (int done = 0; done < length;) {
-      const int n = std::min(kFillBlock, length - done);
-      append_block(attn, seq, n);
-      done += n;
-    }
-}
 
 /// Reports cache bytes per token, bytes read per step, achieved GB/s and the fraction of the
 /// read bandwidth measured in this run. Call after the timing loop.

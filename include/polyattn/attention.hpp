@@ -71,11 +71,20 @@ void attend_with_hooks(const AttentionShape& shape, const typename Variant::Para
     jobs[i].out = out_data + std::ptrdiff_t(i) * out_stride;
   }
   const std::span<const QueryJob> all(jobs.data(), jobs.size());
-  if constexpr (Variant::derives_rows)
+  if constexpr (Variant::derives_rows) {
+    // Derived rows (slim option 1's V = K W_kv, keys rotated after reading for RoPE) are computed
+    // on the host from every visible token at every attend, as dense matrices the executor reads
+    // through DerivedRows. An executor that reads a device copy of the cache would have to upload
+    // all of them at every step (as many bytes as the attend reads): not supported.
+    static_assert(!requires { Executor::mirrors_cache_rows; },
+                  "polyattn: variants that derive rows at attend time (derives_rows: SlimK<slim::ValuesFromKeys, ...> = "
+                  "SlimK1, and SlimK<..., slim::Rope>) are not supported by executors that mirror the cache on a "
+                  "device (exec::Cuda): use SlimK2 (SlimK<slim::WeightedKeys, slim::NoRope>) or a CPU executor");
     Variant::attend_derived(shape, params, store, all, scratch.derived,
                             [&](const auto& view, std::span<const QueryJob> some) { executor.attend(view, spec, some); });
-  else
+  } else {
     executor.attend(store, spec, all);
+  }
   if constexpr (Variant::transforms_outputs) Variant::finish_outputs(shape, params, scratch.attended, out);
 }
 
@@ -85,11 +94,6 @@ class Attention {
                 "polyattn: the Variant argument of Attention does not model AttentionVariant (see variants/variant.hpp)");
   static_assert(std::is_floating_point_v<T>, "polyattn: cache element type T must be a floating-point type");
   static_assert(Variant::tokens_per_row >= 1, "polyattn: Variant::tokens_per_row must be >= 1");
-  // An executor that mirrors the cache elsewhere (exec::Cuda keeps a GPU copy) copies each row once;
-  // a variant that rewrites rows after writing them (tokens_per_row > 1) would leave the copy stale.
-  static_assert(Variant::tokens_per_row == 1 || !requires { Executor::mirrors_cache_rows; },
-                "polyattn: variants that merge tokens into rewritten cache rows (Mtla) are not supported by "
-                "executors that mirror the cache (exec::Cuda) yet");
   static constexpr bool merges_tokens = Variant::tokens_per_row > 1;
 
  public:
@@ -119,7 +123,7 @@ class Attention {
   Attention(AttentionShape shape, CacheConfig config, Params params = {}, int threads = 0)
       : shape_(validated(shape, params)),
         params_(std::move(params)),
-        spec_(Variant::attend_spec(shape_, params_)),
+        spec_(spec_for(shape_, params_)),
         store_(Variant::cache_tensors(shape_, params_), config),
         executor_(threads),
         tokens_(merges_tokens ? std::size_t(config.max_sequences) : 0, 0) {}
@@ -212,6 +216,14 @@ class Attention {
   static AttentionShape validated(AttentionShape shape, const Params& params) {
     Variant::validate(shape, params);
     return shape;
+  }
+
+  /// The variant's spec; a variant that merges later tokens into its last row rewrites that row
+  /// after attends have read it, which an executor mirroring the cache must know.
+  static AttendSpec spec_for(const AttentionShape& shape, const Params& params) {
+    AttendSpec spec = Variant::attend_spec(shape, params);
+    spec.rewrites_last_row = merges_tokens;
+    return spec;
   }
 
   /// Cache rows that `n` more tokens of `seq` add.

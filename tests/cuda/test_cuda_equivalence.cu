@@ -1,7 +1,11 @@
 // exec::Cuda against the dense oracle and the Reference executor. The Attention scenarios are the
-// CPU executors' (support/equivalence_scenarios.hpp) over every variant x layout; the AttendSpec
-// cases drive the primitive directly with what later variants need (one tensor for keys and
-// values, column offsets, groups wider than a block's tile, rows wider than 256 and 1024).
+// CPU executors' (support/equivalence_scenarios.hpp, support/latent_scenarios.hpp) over every
+// variant x layout: Mha, Gqa<2>, Mqa; SlimK2 and XCache on converted layers against Reference;
+// Mla (absorbed decode) against the expanded computation; Mtla (rows rewritten after the mirror
+// copied them) against its parallel path. The AttendSpec cases drive the primitive directly
+// (one tensor for keys and values, column offsets, groups wider than a block's tile, rows wider
+// than 256 and 1024). Not on Cuda: variants that derive rows at attend time (SlimK option 1,
+// SlimK with RoPE), refused at compile time (attention.hpp).
 // Without a CUDA device the GPU cases are skipped with a message; the host-only cases still run.
 #include <doctest/doctest.h>
 
@@ -16,9 +20,16 @@
 #include <polyattn/exec/cuda/cuda.cuh>
 #include <polyattn/exec/reference/reference.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
+#include <polyattn/variants/mla.hpp>
+#include <polyattn/variants/mtla.hpp>
+#include <polyattn/variants/slim_k.hpp>
+#include <polyattn/variants/x_cache.hpp>
 
 #include "support/dense_oracle.hpp"
 #include "support/equivalence_scenarios.hpp"
+#include "support/executor_tolerance.hpp"
+#include "support/latent_scenarios.hpp"
+#include "support/mha_layer.hpp"
 
 using namespace polyattn;
 using namespace polyattn::testing;
@@ -68,6 +79,110 @@ TEST_CASE_TEMPLATE("cuda: encoder prefill (full mask) and cross-attention attend
 TEST_CASE_TEMPLATE("cuda: a closed sequence's slot is reused without reading its old rows" * doctest::skip(kNoDevice), C,
                    POLYATTN_CUDA_COMBOS) {
   reopened_slot_scenario<typename C::type>();
+}
+
+// ---- Variants with host-side hooks around the device attend ------------------------------------
+
+template <class V, class L>
+struct LayerCombo {
+  using variant = V;
+  using layout = L;
+};
+
+#define POLYATTN_CUDA_LAYER_COMBOS_FOR(V) \
+  LayerCombo<V, Nhd>, LayerCombo<V, Hnd>, LayerCombo<V, Paged<16>>, LayerCombo<V, Paged<7>>
+
+TEST_CASE_TEMPLATE("cuda: SlimK2 and XCache on converted layers match the Reference executor" * doctest::skip(kNoDevice), C,
+                   POLYATTN_CUDA_LAYER_COMBOS_FOR(SlimK2), POLYATTN_CUDA_LAYER_COMBOS_FOR(XCache)) {
+  using V = typename C::variant;
+  using L = typename C::layout;
+  // cond(W_k) 10 and 1e3: slim's W_kv (and with it the tolerance) grows with it. length_b = 1: a
+  // sequence of one token in every decode batch.
+  for (double cond : {10.0, 1e3})
+    for (int head_dim : {16, 20})
+      for (int length_b : {7, 1}) {
+        const AttentionShape shape{6, head_dim};
+        std::mt19937 rng(17 + head_dim);
+        LayerModel m;
+        m.shape = shape;
+        m.mha = random_mha_weights(shape.input_width(), shape.query_width(), cond, rng);
+        m.slim = convert_to_slim_k(m.mha);
+        m.xcache = make_x_cache_params(m.mha, shape);
+        const Script s = Script::random(shape.input_width(), rng, 4, 0.0, length_b);
+        Attention<V, Nhd, exec::Reference> ref(shape, script_cache(), params_for<V>(m));
+        Attention<V, L, exec::Cuda> cuda(shape, script_cache(), params_for<V>(m));
+        const RowMatrixXf want = run_script(ref, m, s), got = run_script(cuda, m, s);
+        const double tol = executor_tolerance<V>(m, s, script_cache().capacity);
+        INFO(decltype(cuda)::name(), " cond ", cond, " head_dim ", head_dim, " length_b ", length_b, " tolerance ", tol);
+        CHECK(max_abs_diff(got, want) <= tol);
+        // A wrong row, head or stale mirror moves y by O(max|y|) (slim: times cond(W_k)): the bound stays below that.
+        CHECK(tol <= 0.1 * want.cwiseAbs().maxCoeff());
+      }
+}
+
+using MlaRope = Mla<24, 8, MlaKeyPart::decoupled_rope>;  // DeepSeek form
+using MlaKeep = Mla<20, 4, MlaKeyPart::preserved>;       // Whisper-MLA form
+using MlaFull = Mla<17, 0, MlaKeyPart::preserved>;       // full compression, odd rank
+using MlaWide = Mla<512, 64>;                            // DeepSeek-V2's latent: rows of 576, 2 column slots
+
+template <class V>
+constexpr AttentionShape mla_shape() {
+  if constexpr (std::is_same_v<V, MlaRope>) return {4, 16};
+  if constexpr (std::is_same_v<V, MlaKeep>) return {4, 12};
+  if constexpr (std::is_same_v<V, MlaWide>) return {10, 128};  // 10 heads: a full and a partial group tile
+  return {3, 10};
+}
+
+TEST_CASE_TEMPLATE("cuda: Mla absorbed prefill and batched decode equal the expanded computation" * doctest::skip(kNoDevice), C,
+                   POLYATTN_CUDA_COMBOS_FOR(MlaRope), POLYATTN_CUDA_COMBOS_FOR(MlaKeep), POLYATTN_CUDA_COMBOS_FOR(MlaFull),
+                   POLYATTN_CUDA_COMBOS_FOR(MlaWide)) {
+  using A = typename C::type;
+  mla_prefill_then_batched_decode_scenario<A>(mla_shape<typename A::variant_type>());
+}
+
+template <int S>
+using MtlaS = Mtla<16, S, 4>;
+
+// Each decode of stride > 1 merges into the row the mirror copied at the previous step.
+TEST_CASE_TEMPLATE("cuda: Mtla decode, chunked prefill and batched decode equal the parallel path" * doctest::skip(kNoDevice), C,
+                   POLYATTN_CUDA_COMBOS_FOR(MtlaS<1>), POLYATTN_CUDA_COMBOS_FOR(MtlaS<2>), POLYATTN_CUDA_COMBOS_FOR(MtlaS<3>),
+                   POLYATTN_CUDA_COMBOS_FOR(MtlaS<4>), Combo<MtlaS<3>, Paged<2>>) {
+  mtla_decode_prefill_scenario<typename C::type>({3, 8});
+}
+
+TEST_CASE_TEMPLATE("cuda: Mtla over many slots equals Reference, rows merged after a long prefill" * doctest::skip(kNoDevice), L, Nhd,
+                   Hnd, Paged<16>, Paged<7>) {
+  using V = Mtla<36, 3, 6>;
+  const AttentionShape s{4, 16};
+  std::mt19937 rng(21);
+  const auto p = random_mtla_params<V>(s, rng);
+  Attention<V, L, exec::Reference> ref(s, {.max_sequences = 2, .capacity = 400, .poison_unused = true}, p);
+  Attention<V, L, exec::Cuda> cuda(s, {.max_sequences = 2, .capacity = 400, .poison_unused = true}, p);
+  const int a = ref.open_sequence(), b = ref.open_sequence();
+  REQUIRE(cuda.open_sequence() == a);
+  REQUIRE(cuda.open_sequence() == b);
+  const double tol = 1e-5;  // as the CPU executors: O(1) outputs, bounded weights
+  // 1000 tokens (334 slots, the last holding one token: chunks split across blocks), and 4.
+  for (auto [seq, n] : {std::pair{a, 1000}, std::pair{b, 4}}) {
+    const RowMatrixXf q = random_matrix(n, V::query_width(s), rng), lat = random_matrix(n, V::rank, rng);
+    const RowMatrixXf kr = random_matrix(n, V::rope_dim, rng);
+    RowMatrixXf out_ref(n, V::output_width(s)), out_cuda(n, V::output_width(s));
+    ref.prefill(seq, q, {lat, kr}, Mask::full, out_ref);
+    cuda.prefill(seq, q, {lat, kr}, Mask::full, out_cuda);
+    CHECK(max_abs_diff(out_cuda, out_ref) <= tol);
+  }
+  // Decode steps that merge into the open slots of both sequences (1000 % 3 = 1, 4 % 3 = 1).
+  const int both[] = {b, a};
+  for (int step = 0; step < 4; ++step) {
+    const RowMatrixXf q = random_matrix(2, V::query_width(s), rng), lat = random_matrix(2, V::rank, rng);
+    const RowMatrixXf kr = random_matrix(2, V::rope_dim, rng);
+    RowMatrixXf out_ref(2, V::output_width(s)), out_cuda(2, V::output_width(s));
+    ref.decode(both, q, {lat, kr}, out_ref);
+    cuda.decode(both, q, {lat, kr}, out_cuda);
+    INFO("step ", step);
+    CHECK(max_abs_diff(out_cuda, out_ref) <= tol);
+  }
+  CHECK(cuda.cache_rows(a) == 335);
 }
 
 namespace {

@@ -64,12 +64,13 @@ inline double spectral_norm(const RowMatrixXf& m) {
 
 /// The script's inputs: x for two sequences' prefills and for the decode steps (batch of 2).
 struct Script {
-  RowMatrixXf prefill_a, prefill_b;  // (19, d), (7, d)
+  RowMatrixXf prefill_a, prefill_b;  // (19, d), (7, d) unless chosen
   std::vector<RowMatrixXf> steps;    // (2, d) each: row 0 -> sequence b, row 1 -> sequence a
   double rope_base = 0;              // 0: no RoPE
 
-  static Script random(int d, std::mt19937& rng, int steps = 4, double rope_base = 0) {
-    Script s{random_matrix(19, d, rng), random_matrix(7, d, rng), {}, rope_base};
+  /// `length_b` < 7 gives a short sequence (1: a sequence of one token in the decode batch).
+  static Script random(int d, std::mt19937& rng, int steps = 4, double rope_base = 0, int length_b = 7) {
+    Script s{random_matrix(19, d, rng), random_matrix(length_b, d, rng), {}, rope_base};
     for (int i = 0; i < steps; ++i) s.steps.push_back(random_matrix(2, d, rng));
     return s;
   }

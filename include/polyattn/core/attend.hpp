@@ -26,6 +26,10 @@ struct AttendSpec {
   int value_tensor = 1;   ///< cached tensor holding values, and the column where they start
   int value_offset = 0;
   float scale = 1.0f;     ///< softmax scale applied to q.k
+  bool rewrites_last_row = false;  ///< the variant may rewrite a sequence's last cached row after an attend
+                                   ///< read it (Mtla merges later tokens into it); an executor that keeps a
+                                   ///< copy of the cache (exec::Cuda) must re-copy that row. Attention sets it
+                                   ///< from Variant::tokens_per_row > 1.
 
   int query_heads() const { return cache_heads * group; }
 };

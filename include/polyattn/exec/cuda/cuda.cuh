@@ -11,9 +11,13 @@
 // Compile in a .cu translation unit (nvcc, C++20). A TU that also includes Eigen (attention.hpp
 // does) should define EIGEN_NO_CUDA so Eigen stays host-only, as the project's CMake does.
 //
+// Variants: every one whose attend reads rows as cached (Mha/Gqa/Mqa, SlimK2, XCache, Mla, Mtla);
+// their query/output hooks run on the host (attend_with_hooks). Variants that derive rows at
+// attend time (derives_rows: SlimK1, SlimK with RoPE) are refused at compile time there.
 // Limits, checked with a clear error: key_dim and value_dim <= 2048, at most 4 cached tensors.
-// Rows are assumed immutable once written; a variant that rewrites a cached row in place (MTLA's
-// temporal merge into the last slot) needs the tracker to re-copy that row (not needed yet).
+// Rows are assumed immutable once written, except each sequence's last row where the spec says
+// the variant rewrites it (AttendSpec::rewrites_last_row, MTLA's merge into the open slot): the
+// mirror re-copies it at every attend (mirror_plan.hpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -90,7 +94,7 @@ class Cuda {
     POLYATTN_CUDA_CHECK(cudaSetDevice(device_));
     try {
       bind<T>(store);
-      sync<T>(store, jobs);
+      sync<T>(store, spec, jobs);
       run<T>(spec, jobs);
     } catch (...) {
       cudaStreamSynchronize(stream_.get());  // no copy may still read the pinned buffers
@@ -153,8 +157,8 @@ class Cuda {
 
   /// Brings the mirror of the batch's sequences up to date.
   template <class T, class Store>
-  void sync(const Store& store, std::span<const QueryJob> jobs) {
-    const cuda::MirrorPlan plan = tracker_.plan(store, jobs);
+  void sync(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) {
+    const cuda::MirrorPlan plan = tracker_.plan(store, jobs, spec.rewrites_last_row);
     const std::size_t pps = std::size_t(geometry_.pages_per_seq);
     for (const cuda::PageTableRange& r : plan.page_tables) {  // before the rows placed through them
       const std::size_t at = std::size_t(r.seq) * pps + std::size_t(r.first);

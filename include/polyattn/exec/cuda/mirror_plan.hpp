@@ -2,14 +2,18 @@
 // the source of truth (variants write into it); before each attend the executor copies only what
 // changed for the sequences of the batch:
 //   - rows [synced, length) of every cached tensor, where `synced` is what the mirror holds;
+//   - with AttendSpec::rewrites_last_row (a variant that merges later tokens into a sequence's
+//     last row, MTLA), rows [synced - 1, length): the row that was last when the mirror copied it
+//     may have been rewritten since, every row before it is final;
 //   - a sequence whose slot was reopened (new generation) or got shorter starts again from 0;
 //   - for paged layouts, the page-table entries that differ from the mirror's copy.
-// Rows already copied are assumed unchanged: a variant that rewrites an existing row in place
-// (MTLA's temporal merge into the last slot) must re-copy it (see the note in cuda.cuh).
+// Rows before a sequence's last synced row are assumed unchanged once copied.
 //
 // Plain C++, no CUDA: the bookkeeping is tested on any machine (tests/test_cuda_layout.cpp).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -48,19 +52,25 @@ class MirrorTracker {
   }
 
   /// Plans the copies that bring the sequences of `jobs` up to date, and records them as done
-  /// (on a failed copy, call reset()). A sequence named by several jobs is planned once.
+  /// (on a failed copy, call reset()). A sequence named by several jobs (a prefill chunk) is
+  /// planned once per call. `rewrites_last_row`: the variant may have rewritten each sequence's
+  /// last synced row since it was copied (AttendSpec::rewrites_last_row).
   template <class Store>
-  MirrorPlan plan(const Store& store, std::span<const QueryJob> jobs) {
+  MirrorPlan plan(const Store& store, std::span<const QueryJob> jobs, bool rewrites_last_row = false) {
     MirrorPlan out;
+    ++calls_;
     for (const QueryJob& job : jobs) {
       const int seq = job.seq;
+      SeqState& s = seqs_[std::size_t(seq)];
+      if (s.planned_in == calls_) continue;
       const std::uint64_t generation = store.generation(seq);
       const int length = store.length(seq);
-      SeqState& s = seqs_[std::size_t(seq)];
       if (s.generation != generation || length < s.synced) s = SeqState{generation, 0};
+      s.planned_in = calls_;
       if constexpr (requires { store.pages_of(seq); }) plan_page_table(seq, store.pages_of(seq), out);
-      if (length > s.synced) {
-        out.rows.push_back({seq, s.synced, length - s.synced});
+      const int first = rewrites_last_row ? std::max(0, s.synced - 1) : s.synced;
+      if (length > first) {
+        out.rows.push_back({seq, first, length - first});
         s.synced = length;
       }
     }
@@ -74,7 +84,8 @@ class MirrorTracker {
  private:
   struct SeqState {
     std::uint64_t generation = 0;  // 0: never synced (stores stamp openings from 1)
-    int synced = 0;                // tokens the mirror holds
+    int synced = 0;                // rows the mirror holds
+    std::uint64_t planned_in = 0;  // the plan() call that last planned this sequence
   };
 
   void plan_page_table(int seq, std::span<const int> pages, MirrorPlan& out) {
@@ -91,6 +102,7 @@ class MirrorTracker {
   DeviceGeometry geometry_;
   std::vector<SeqState> seqs_;
   std::vector<int> table_;
+  std::uint64_t calls_ = 0;
 };
 
 }  // namespace polyattn::exec::cuda
