@@ -26,6 +26,7 @@ namespace pw = polyattn::whisper;
   std::fprintf(stderr,
                "usage: %s --model DIR|FILE.bin --audio FILE [FILE...] [--self NAME] [--cross NAME] [--threads N] "
                "[--batch N] [--tokens]\n"
+               "       %s --list-policies   (one instantiated 'SELF CROSS' pair per line)\n"
                "  DIR: a CTranslate2 Whisper model directory (model.bin, config.json, vocabulary.txt)\n"
                "  FILE.bin: a whisper.cpp ggml model (f32/f16)\n"
                "  --self, --cross: decoder attention policies (default mha/nhd, baseline); instantiated:\n"
@@ -33,7 +34,7 @@ namespace pw = polyattn::whisper;
                "  --threads N: Eigen and attention threads (default: all)\n"
                "  --batch N: 30 s windows decoded at once (default 16; all files' windows share the batch)\n"
                "  --tokens: after each transcript, print the sampled token ids as 'FILE:tokens: ID ID ...'\n",
-               argv0, pw::available_policies().c_str());
+               argv0, argv0, pw::available_policies().c_str());
   std::exit(2);
 }
 
@@ -92,6 +93,9 @@ int main(int argc, char** argv) {
       batch = parse_int(argv[0], a, value(), 1, 4096);
     } else if (a == "--tokens") {
       print_tokens = true;
+    } else if (a == "--list-policies") {
+      for (const auto& [self_name, cross_name] : pw::policy_pairs()) std::printf("%s %s\n", self_name.c_str(), cross_name.c_str());
+      return 0;
     } else if (a == "--help" || a == "-h") {
       usage(argv[0], "");
     } else {

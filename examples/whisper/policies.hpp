@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <polyattn/cache/contiguous.hpp>
@@ -82,6 +83,14 @@ std::string available_policies() {
   return []<class... Ps>(TypeList<Ps...>) {
     std::vector<std::string> names{Ps::name()...};
     return detail::joined(names);
+  }(Combinations{});
+}
+
+// The instantiated (--self, --cross) name pairs, in DecoderCombinations order.
+template <class Combinations = DecoderCombinations>
+std::vector<std::pair<std::string, std::string>> policy_pairs() {
+  return []<class... Ps>(TypeList<Ps...>) {
+    return std::vector<std::pair<std::string, std::string>>{{Ps::self_policy::name(), Ps::cross_policy::name()}...};
   }(Combinations{});
 }
 
