@@ -63,6 +63,11 @@ struct TranscribeReport {
   double mel_ms = 0, encode_ms = 0;
   double decode_ms = 0;     // decoder work: opening windows (cross caches), prefill, steps
   double cross_open_ms = 0; // the part of decode_ms spent opening windows (handing the encoder output to the cross cache)
+  // The part of decode_ms spent in prefill (the prompt of the joining windows). It includes the
+  // baseline and K-only cross K/V projections: those happen at each layer's first attend, not at
+  // open. decode_ms - cross_open_ms - prefill_ms is the time of the decode steps alone.
+  double prefill_ms = 0;
+  std::size_t step_tokens = 0;  // tokens fed through the decode steps: one per live sequence per step
   std::size_t text_tokens = 0;  // sampled tokens without eot, over all windows
   int windows = 0, decode_steps = 0, max_batch = 0;
   DecoderCacheUse peak;  // self and cross each at their largest bytes_held during decoding
@@ -238,14 +243,17 @@ class WhisperModel {
         for (const Live& l : live) seqs.push_back(l.seq), tokens.push_back(l.next_token);
         RowMatrixXf logits = decoder.decode(seqs, tokens);
         ++r.decode_steps;
+        r.step_tokens += seqs.size();
         note_memory();
         sample(live, logits);
       }
       if (!joining.empty()) {
+        const auto t_prefill = clock::now();
         RowMatrixXf logits = decoder.prefill(joining_seqs, rules_.prompt);
         note_memory();
         sample(joining, logits);
         live.insert(live.end(), joining.begin(), joining.end());
+        r.prefill_ms += ms(t_prefill, clock::now());
       }
       r.decode_ms += ms(t0, clock::now());
     }
