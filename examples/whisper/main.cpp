@@ -36,15 +36,15 @@ namespace pw = polyattn::whisper;
                "  DIR: a CTranslate2 Whisper model directory (model.bin, config.json, vocabulary.txt)\n"
                "  FILE.bin: a whisper.cpp ggml model (f32/f16)\n"
                "  --device: where the decoder's attention (self and cross) runs (default cpu). cuda: on the GPU\n"
-               "      through exec::Cuda (%s); the projections, the MLP and the encoder stay on the CPU\n"
-               "      (Eigen GEMMs: cuBLAS is not used yet)\n"
+               "      through exec::Cuda; the projections, the MLP and the encoder stay on the CPU (Eigen GEMMs:\n"
+               "      cuBLAS is not used yet). %s\n"
                "  --self, --cross: decoder attention policies (default mha/nhd, baseline); instantiated:\n"
                "      %s\n"
                "%s"
                "  --threads N: Eigen and CPU attention threads (default: all)\n"
                "  --batch N: 30 s windows decoded at once (default 16; all files' windows share the batch)\n"
                "  --tokens: after each transcript, print the sampled token ids as 'FILE:tokens: ID ID ...'\n",
-               argv0, argv0, cuda ? "this build has it" : "not in this build: the whisper_cuda executable has it",
+               argv0, argv0, cuda ? "Not yet run on a GPU." : "Not in this executable: whisper_cuda (built when nvcc is found) has it.",
                pw::cpu_backend().available_policies().c_str(), cuda_policies.c_str());
   std::exit(2);
 }
