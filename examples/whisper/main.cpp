@@ -1,6 +1,8 @@
 // whisper: transcribe WAV files with the Whisper tiny.en model in CTranslate2 format
 // (examples/whisper/fetch_model.sh) or a whisper.cpp ggml file, decoding all files as one
-// batch through the decoder attention policies named by --self and --cross.
+// batch through the decoder attention policies named by --self and --cross, their attention on
+// the CPU or (whisper_cuda, --device cuda) on a CUDA GPU. This file is compiled by the C++
+// compiler for both executables; the CUDA policies live in cuda_backend.cu (backend.hpp).
 #include <Eigen/Core>
 
 #include <chrono>
@@ -13,8 +15,8 @@
 
 #include <sys/resource.h>
 
+#include <whisper/backend.hpp>
 #include <whisper/model.hpp>
-#include <whisper/policies.hpp>
 #include <whisper/wav.hpp>
 
 namespace {
@@ -23,18 +25,27 @@ namespace pw = polyattn::whisper;
 
 [[noreturn]] void usage(const char* argv0, const std::string& error) {
   if (!error.empty()) std::fprintf(stderr, "error: %s\n", error.c_str());
+  const pw::Backend* cuda = pw::cuda_backend();
+  const std::string cuda_policies =
+      cuda ? "  --self, --cross with --device cuda (default mha/hnd, baseline); instantiated:\n      " + cuda->available_policies() + "\n"
+           : std::string();
   std::fprintf(stderr,
-               "usage: %s --model DIR|FILE.bin --audio FILE [FILE...] [--self NAME] [--cross NAME] [--threads N] "
-               "[--batch N] [--tokens]\n"
-               "       %s --list-policies   (one instantiated 'SELF CROSS' pair per line)\n"
+               "usage: %s --model DIR|FILE.bin --audio FILE [FILE...] [--device cpu|cuda] [--self NAME] [--cross NAME] "
+               "[--threads N] [--batch N] [--tokens]\n"
+               "       %s [--device cpu|cuda] --list-policies   (one instantiated 'SELF CROSS' pair per line)\n"
                "  DIR: a CTranslate2 Whisper model directory (model.bin, config.json, vocabulary.txt)\n"
                "  FILE.bin: a whisper.cpp ggml model (f32/f16)\n"
+               "  --device: where the decoder's attention (self and cross) runs (default cpu). cuda: on the GPU\n"
+               "      through exec::Cuda; the projections, the MLP and the encoder stay on the CPU (Eigen GEMMs:\n"
+               "      cuBLAS is not used yet). %s\n"
                "  --self, --cross: decoder attention policies (default mha/nhd, baseline); instantiated:\n"
                "      %s\n"
-               "  --threads N: Eigen and attention threads (default: all)\n"
+               "%s"
+               "  --threads N: Eigen and CPU attention threads (default: all)\n"
                "  --batch N: 30 s windows decoded at once (default 16; all files' windows share the batch)\n"
                "  --tokens: after each transcript, print the sampled token ids as 'FILE:tokens: ID ID ...'\n",
-               argv0, argv0, pw::available_policies().c_str());
+               argv0, argv0, cuda ? "Not yet run on a GPU." : "Not in this executable: whisper_cuda (built when nvcc is found) has it.",
+               pw::cpu_backend().available_policies().c_str(), cuda_policies.c_str());
   std::exit(2);
 }
 
@@ -68,10 +79,10 @@ void print_cache(const char* what, const std::string& policy, const pw::CacheUse
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_path, self = "mha/nhd", cross = "baseline";
+  std::string model_path, device = "cpu", self, cross = "baseline";
   std::vector<std::string> audio;
   int threads = 0, batch = 16;
-  bool print_tokens = false;
+  bool print_tokens = false, list_policies = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* {
@@ -83,6 +94,8 @@ int main(int argc, char** argv) {
     } else if (a == "--audio") {
       while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) audio.push_back(argv[++i]);
       if (audio.empty()) usage(argv[0], "--audio needs at least one file");
+    } else if (a == "--device") {
+      device = value();
     } else if (a == "--self") {
       self = value();
     } else if (a == "--cross") {
@@ -94,20 +107,40 @@ int main(int argc, char** argv) {
     } else if (a == "--tokens") {
       print_tokens = true;
     } else if (a == "--list-policies") {
-      for (const auto& [self_name, cross_name] : pw::policy_pairs()) std::printf("%s %s\n", self_name.c_str(), cross_name.c_str());
-      return 0;
+      list_policies = true;  // after parsing: for the --device given anywhere on the line
     } else if (a == "--help" || a == "-h") {
       usage(argv[0], "");
     } else {
       usage(argv[0], "unknown argument '" + a + "'");
     }
   }
+  const pw::Backend* backend = nullptr;
+  if (device == "cpu") {
+    backend = &pw::cpu_backend();
+  } else if (device == "cuda") {
+    backend = pw::cuda_backend();
+    if (!backend) {
+      std::fprintf(stderr,
+                   "error: --device cuda: this build has no CUDA executor (%s is the CPU-only executable): run whisper_cuda, "
+                   "which CMake builds beside it when it finds nvcc (rebuild with nvcc found if it is absent)\n",
+                   argv[0]);
+      return 2;
+    }
+  } else {
+    usage(argv[0], "--device '" + device + "' is not cpu or cuda");
+  }
+  if (self.empty()) self = device == "cpu" ? "mha/nhd" : "mha/hnd";  // Hnd: the decode-friendly layout on the GPU
+  if (list_policies) {
+    for (const auto& [self_name, cross_name] : backend->policy_pairs()) std::printf("%s %s\n", self_name.c_str(), cross_name.c_str());
+    return 0;
+  }
   if (model_path.empty() || audio.empty()) usage(argv[0], "--model and --audio are required");
   if (threads > 0) Eigen::setNbThreads(threads);
 
   try {
-    // Refuse a policy name before anything slow happens.
-    pw::dispatch_policies(self, cross, [](auto) {});
+    // Refuse a policy name, or a missing GPU, before anything slow happens.
+    backend->check_policies(self, cross);
+    backend->check_device();
 
     const auto t0 = std::chrono::steady_clock::now();
     const pw::WhisperModel model = std::filesystem::is_directory(model_path) ? pw::WhisperModel::load_ct2(model_path)
@@ -136,10 +169,7 @@ int main(int argc, char** argv) {
     opt.on_window = [&](std::size_t file, int done, int total) {
       if (total > 1) std::fprintf(stderr, "  %s: window %d/%d done\n", paths[file].c_str(), done, total);
     };
-    pw::Transcription result;
-    pw::dispatch_policies(self, cross, [&]<class P>(std::type_identity<P>) {
-      result = model.transcribe<P>(std::span<const std::vector<float>>(samples), opt);
-    });
+    const pw::Transcription result = backend->transcribe(model, self, cross, std::span<const std::vector<float>>(samples), opt);
 
     for (std::size_t f = 0; f < paths.size(); ++f) {
       const pw::Transcript& t = result.files[f];
@@ -154,8 +184,9 @@ int main(int argc, char** argv) {
                    t.windows, t.tokens.size());
     }
     const pw::TranscribeReport& r = result.report;
-    std::fprintf(stderr, "%s: %zu file(s), %d window(s), batch up to %d; policies built in %.0f ms\n", r.policies.c_str(),
-                 paths.size(), r.windows, r.max_batch, r.prepare_ms);
+    // run_sample.sh reads "--self S --cross C:" at the start of this line.
+    std::fprintf(stderr, "%s: %zu file(s), %d window(s), batch up to %d; policies built in %.0f ms; attention on %s\n",
+                 r.policies.c_str(), paths.size(), r.windows, r.max_batch, r.prepare_ms, backend->name().c_str());
     for (const std::string& note : r.notes) std::fprintf(stderr, "  %s\n", note.c_str());
     std::fprintf(stderr,
                  "  mel %.1f ms, encode %.1f ms, decode %.1f ms (opening windows %.1f ms, prefill and steps %.1f ms): %zu tokens, %.1f "

@@ -25,6 +25,7 @@
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 
+#include "support/cuda_device.hpp"
 #include "support/dense_oracle.hpp"
 #include "support/equivalence_scenarios.hpp"
 #include "support/executor_tolerance.hpp"
@@ -36,18 +37,7 @@ using namespace polyattn::testing;
 
 namespace {
 
-/// Asked once; prints why GPU cases are skipped.
-bool have_device() {
-  static const bool available = [] {
-    std::string reason;
-    if (exec::cuda::device_count(&reason) > 0) return true;
-    std::printf("no CUDA device: skipping the GPU test cases (%s)\n", reason.c_str());
-    return false;
-  }();
-  return available;
-}
-
-const bool kNoDevice = !have_device();
+const bool kNoDevice = !have_cuda_device();  // prints why GPU cases are skipped
 
 }  // namespace
 

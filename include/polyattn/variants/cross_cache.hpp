@@ -64,6 +64,10 @@ class CrossAttention {
   static_assert(kBaseline || kKOnly || kSharedE || kHybrid,
                 "polyattn: CrossAttention<Option> takes cross::Baseline, cross::KOnly, cross::SharedE or cross::Hybrid");
   static constexpr bool kPerLayerStores = kBaseline || kKOnly;
+  // An executor that mirrors the cache on a device (exec::Cuda) keeps the mirror of one store and
+  // starts over (re-uploads every row) when it is handed another: per-layer stores would be
+  // re-uploaded at every layer of every step. Those options get one executor per store there.
+  static constexpr bool kExecutorPerStore = kPerLayerStores && requires { Executor::mirrors_cache_rows; };
   using Store = CacheStore<Layout, float>;
 
  public:
@@ -71,7 +75,7 @@ class CrossAttention {
   /// `layers`: every decoder layer's cross-attention weights (MHA). K-only and hybrid convert
   /// them (see reports()); the conversion throws ConversionError where it cannot be faithful.
   CrossAttention(AttentionShape shape, const std::vector<MhaWeights>& layers, CacheConfig config, int threads = 0)
-      : shape_(shape), executor_(threads), pending_(std::size_t(config.max_sequences)) {
+      : shape_(shape), pending_(std::size_t(config.max_sequences)) {
     require<ShapeError>(!layers.empty(), "CrossAttention: no layers");
     for (const MhaWeights& w : layers) check_mha_weights(w, shape_);
     const int d = shape_.input_width(), e = shape_.query_width();
@@ -115,6 +119,7 @@ class CrossAttention {
     }
     const int n_stores = kPerLayerStores ? int(layers_.size()) : 1;
     for (int i = 0; i < n_stores; ++i) stores_.emplace_back(std::make_unique<Store>(tensors_of(i), config));
+    for (int i = 0; i < (kExecutorPerStore ? n_stores : 1); ++i) executors_.emplace_back(std::make_unique<Executor>(threads));
   }
 
   static std::string name() { return "cross-" + Option::name() + "/" + Layout::name() + "/" + Executor::name(); }
@@ -160,20 +165,21 @@ class CrossAttention {
     require<ShapeError>(x.cols() == shape_.input_width() && y.cols() == shape_.input_width(), "attend: x and y need d = ",
                         shape_.input_width(), " columns, got ", x.cols(), " and ", y.cols());
     Store& store = *stores_[kPerLayerStores ? std::size_t(layer) : 0];
+    Executor& executor = *executors_[kExecutorPerStore ? std::size_t(layer) : 0];
     for (int seq : seqs) ensure_cached(layer, seq);
     jobs_.clear();
     for (int seq : seqs) jobs_.push_back({seq, store.length(seq), nullptr, nullptr});
     const Layer& w = layers_[std::size_t(layer)];
     heads_.resize(rows, shape_.query_width());
     if constexpr (kSharedE) {
-      run<XCache>(w.xcache, store, x);
+      run<XCache>(w.xcache, store, executor, x);
     } else if (kHybrid && layer > 0) {
-      run<XCache>(w.xcache, store, x);
+      run<XCache>(w.xcache, store, executor, x);
     } else {
       query_.noalias() = x * w.w_q;
       query_.rowwise() += w.b_q;
-      if constexpr (kBaseline) run<Mha>(typename Mha::Params{}, store, query_);
-      else run<SlimK2>(w.slim, store, query_);
+      if constexpr (kBaseline) run<Mha>(typename Mha::Params{}, store, executor, query_);
+      else run<SlimK2>(w.slim, store, executor, query_);
     }
     y.noalias() = heads_ * w.w_o;
     y.rowwise() += w.b_o;
@@ -255,18 +261,18 @@ class CrossAttention {
   }
 
   template <class V>
-  void run(const typename V::Params& params, const Store& store, ConstMatrixRef q) {
+  void run(const typename V::Params& params, const Store& store, Executor& executor, ConstMatrixRef q) {
     AttentionShape shape = shape_;
     if constexpr (std::is_same_v<V, XCache>) shape.model_dim = shape_.input_width();
     auto& scratch = std::get<AttendScratch<V>>(scratch_);
-    attend_with_hooks<V>(shape, params, V::attend_spec(shape, params), store, executor_, std::span<QueryJob>(jobs_), q, heads_,
+    attend_with_hooks<V>(shape, params, V::attend_spec(shape, params), store, executor, std::span<QueryJob>(jobs_), q, heads_,
                          scratch);
   }
 
   AttentionShape shape_;
-  Executor executor_;
   std::vector<Layer> layers_;
   std::vector<std::unique_ptr<Store>> stores_;
+  std::vector<std::unique_ptr<Executor>> executors_;  // one, or one per store (kExecutorPerStore)
   std::vector<RowMatrixXf> pending_;  // per sequence slot: E until every layer has projected it
   std::vector<SlimKReport> reports_;
   std::vector<QueryJob> jobs_;

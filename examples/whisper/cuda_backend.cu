@@ -1,0 +1,34 @@
+// --device cuda for the whisper_cuda executable: CudaDecoderCombinations (cuda_policies.cuh)
+// behind the Backend interface (backend.hpp), the only CUDA translation unit of the CLI.
+#include <string>
+
+#include <polyattn/exec/cuda/cuda.cuh>
+
+#include "backend.hpp"
+#include "cuda_policies.cuh"
+#include "error.hpp"
+
+namespace polyattn::whisper {
+
+namespace {
+
+class CudaBackend final : public PolicyBackend<CudaDecoderCombinations> {
+ public:
+  std::string name() const override { return "cuda"; }
+  // Asked before the model loads, so that a machine without a GPU gets one clear line rather
+  // than a CudaError from the first executor's constructor.
+  void check_device() const override {
+    std::string reason;
+    if (exec::cuda::device_count(&reason) == 0)
+      throw Error("--device cuda: no usable CUDA device (" + reason + "); use --device cpu");
+  }
+};
+
+}  // namespace
+
+const Backend* cuda_backend() {
+  static const CudaBackend backend;
+  return &backend;
+}
+
+}  // namespace polyattn::whisper
