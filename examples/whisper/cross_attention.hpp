@@ -10,7 +10,7 @@
 //   void attend(layer, seqs, x, out)  x: (B, d) layer-normed decoder states, one per sequence;
 //                                 out: (B, d) after the layer's output projection
 //   CacheUse cache_use() const    over all layers; bytes_per_token is per audio frame
-//   std::string note() const      what the conversion measured ("" if nothing)
+//   std::vector<std::string> notes() const   what the conversion measured, a line per converted layer
 //
 // The decoder calls attend once per layer and query position (a prompt of n tokens is n calls),
 // after checking the sequence ids.
@@ -49,7 +49,7 @@ concept CrossAttentionPolicy =
       c.close(seq);
       c.attend(layer, seqs, x, out);
       { cc.cache_use() } -> std::same_as<CacheUse>;
-      { cc.note() } -> std::convertible_to<std::string>;
+      { cc.notes() } -> std::same_as<std::vector<std::string>>;
     };
 
 // Hnd by default: the per-layer K/V of the baseline stream head by head (bench_decode: Hnd reads
@@ -104,13 +104,11 @@ class CrossCacheAttention {
     return u;
   }
 
-  std::string note() const {
-    std::string out;
-    for (const SlimKReport& r : cross_.reports()) out += (out.empty() ? "" : "\n") + r.summary();
+  std::vector<std::string> notes() const {
+    std::vector<std::string> out;
+    for (const SlimKReport& r : cross_.reports()) out.push_back(r.summary());
     return out;
   }
-
-  const attention_type& attention() const { return cross_; }
 
  private:
   static std::vector<MhaWeights> layer_weights(const WhisperWeights& w) {

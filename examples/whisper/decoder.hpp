@@ -94,11 +94,7 @@ class Decoder {
     std::vector<std::string> out;
     for (const Self& s : self_)
       if (std::string n = s.note(); !n.empty()) out.push_back("self:  " + n);
-    for (std::string n = cross_.note(); !n.empty();) {
-      const std::size_t eol = n.find('\n');
-      out.push_back("cross: " + n.substr(0, eol));
-      n = eol == std::string::npos ? std::string() : n.substr(eol + 1);
-    }
+    for (const std::string& n : cross_.notes()) out.push_back("cross: " + n);
     return out;
   }
 

@@ -49,23 +49,23 @@ using DecoderCombinations = TypeList<DefaultPolicies,                           
 template <class P>
 constexpr bool is_exact_policy = !requires { P::self_policy::kind::variant::rank; };
 
-namespace detail {
+using PolicyPair = std::pair<std::string, std::string>;  // (--self name, --cross name)
 
-template <class... Ps>
-std::vector<std::string> self_names(TypeList<Ps...>) {
-  std::vector<std::string> names;
-  (..., (std::find(names.begin(), names.end(), Ps::self_policy::name()) == names.end()
-             ? names.push_back(Ps::self_policy::name())
-             : void()));
-  return names;
+// The instantiated (--self, --cross) name pairs, in DecoderCombinations order.
+template <class Combinations = DecoderCombinations>
+std::vector<PolicyPair> policy_pairs() {
+  return []<class... Ps>(TypeList<Ps...>) {
+    return std::vector<PolicyPair>{{Ps::self_policy::name(), Ps::cross_policy::name()}...};
+  }(Combinations{});
 }
 
-template <class... Ps>
-std::vector<std::string> cross_names(TypeList<Ps...>) {
+namespace detail {
+
+// The distinct values of one side of `pairs` (&PolicyPair::first: self names), in first-seen order.
+inline std::vector<std::string> distinct_names(const std::vector<PolicyPair>& pairs, std::string PolicyPair::*side) {
   std::vector<std::string> names;
-  (..., (std::find(names.begin(), names.end(), Ps::cross_policy::name()) == names.end()
-             ? names.push_back(Ps::cross_policy::name())
-             : void()));
+  for (const PolicyPair& p : pairs)
+    if (std::find(names.begin(), names.end(), p.*side) == names.end()) names.push_back(p.*side);
   return names;
 }
 
@@ -80,25 +80,16 @@ inline std::string joined(const std::vector<std::string>& names) {
 // "--self mha/nhd --cross baseline, ..." for help texts and errors.
 template <class Combinations = DecoderCombinations>
 std::string available_policies() {
-  return []<class... Ps>(TypeList<Ps...>) {
-    std::vector<std::string> names{Ps::name()...};
-    return detail::joined(names);
-  }(Combinations{});
-}
-
-// The instantiated (--self, --cross) name pairs, in DecoderCombinations order.
-template <class Combinations = DecoderCombinations>
-std::vector<std::pair<std::string, std::string>> policy_pairs() {
-  return []<class... Ps>(TypeList<Ps...>) {
-    return std::vector<std::pair<std::string, std::string>>{{Ps::self_policy::name(), Ps::cross_policy::name()}...};
-  }(Combinations{});
+  return []<class... Ps>(TypeList<Ps...>) { return detail::joined({Ps::name()...}); }(Combinations{});
 }
 
 // Calls f(std::type_identity<DecoderPolicies<...>>{}) for the combination named by `self` and
 // `cross`; anything not in Combinations is an UnsupportedError that lists what is available.
 template <class Combinations = DecoderCombinations, class F>
 void dispatch_policies(const std::string& self, const std::string& cross, F&& f) {
-  const std::vector<std::string> selfs = detail::self_names(Combinations{}), crosses = detail::cross_names(Combinations{});
+  const std::vector<PolicyPair> pairs = policy_pairs<Combinations>();
+  const std::vector<std::string> selfs = detail::distinct_names(pairs, &PolicyPair::first),
+                                 crosses = detail::distinct_names(pairs, &PolicyPair::second);
   if (std::find(selfs.begin(), selfs.end(), self) == selfs.end())
     throw UnsupportedError("--self '" + self + "' is not an instantiated self-attention policy; available: " +
                            detail::joined(selfs));

@@ -171,7 +171,6 @@ class VariantSelfLayer {
   }
 
   const std::string& note() const { return w_.note; }
-  const attention_type& attention() const { return attn_; }
 
  private:
   static SelfLayerWeights<Variant> check(SelfLayerWeights<Variant> w) {
@@ -238,8 +237,6 @@ class SelfAttention {
   std::string note() const {
     return std::visit([](const auto& l) { return l.note(); }, layer_);
   }
-  // True when this layer runs the pretrained MHA because Kind's conversion refused it.
-  bool fell_back() const { return layer_.index() == 1; }
 
  private:
   using Layer = std::variant<Primary, Fallback>;
