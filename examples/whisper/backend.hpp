@@ -6,16 +6,19 @@
 //   cuda_backend()   CudaDecoderCombinations on exec::Cuda (cuda_backend.cu), or nullptr in an
 //                    executable linked with no_cuda_backend.cpp (built without nvcc)
 //
-// Only the attention runs on the device; the projections, the MLP and the encoder are Eigen GEMMs
-// on the CPU whatever the backend (cuBLAS is not used yet).
+// A Backend also makes the Dense engine (dense.hpp) of its device for the products of the encoder
+// and decoder: Eigen for cpu, cuBLAS for cuda (cublas_dense.cuh). LayerNorm, GELU, sampling and
+// the projections inside the library's cross-attention run on the CPU whatever the backend.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "dense.hpp"
 #include "model.hpp"
 #include "policies.hpp"
 
@@ -34,6 +37,9 @@ class Backend {
   virtual std::vector<std::pair<std::string, std::string>> policy_pairs() const = 0;
   // Throws UnsupportedError (listing what is available) unless (self, cross) is instantiated.
   virtual void check_policies(const std::string& self, const std::string& cross) const = 0;
+  // A new engine for the products: one per model and decoder (weights are copied to a device
+  // engine once and found again by address, dense.hpp).
+  virtual std::unique_ptr<Dense> make_dense() const = 0;
   // Whether (self, cross) gives MHA's tokens up to float rounding (is_exact_policy); throws as check_policies.
   virtual bool exact(const std::string& self, const std::string& cross) const = 0;
   virtual Transcription transcribe(const WhisperModel& model, const std::string& self, const std::string& cross,
@@ -54,10 +60,18 @@ class PolicyBackend : public Backend {
     dispatch_policies<Combinations>(self, cross, [&]<class P>(std::type_identity<P>) { result = is_exact_policy<P>; });
     return result;
   }
+  // With the backend's engine unless opt names one; the engine lives as long as the call (and the
+  // decoder it builds, whose converted weights it may hold copies of).
   Transcription transcribe(const WhisperModel& model, const std::string& self, const std::string& cross,
                            std::span<const std::vector<float>> files, const TranscribeOptions& opt) const override {
+    std::unique_ptr<Dense> engine;
+    TranscribeOptions o = opt;
+    if (!o.dense) {
+      engine = make_dense();
+      o.dense = engine.get();
+    }
     Transcription result;
-    dispatch_policies<Combinations>(self, cross, [&]<class P>(std::type_identity<P>) { result = model.transcribe<P>(files, opt); });
+    dispatch_policies<Combinations>(self, cross, [&]<class P>(std::type_identity<P>) { result = model.transcribe<P>(files, o); });
     return result;
   }
 };
@@ -66,6 +80,7 @@ class CpuBackend final : public PolicyBackend<DecoderCombinations> {
  public:
   std::string name() const override { return "cpu"; }
   void check_device() const override {}
+  std::unique_ptr<Dense> make_dense() const override { return std::make_unique<EigenDense>(); }
 };
 
 inline const Backend& cpu_backend() {

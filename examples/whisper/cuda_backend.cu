@@ -1,10 +1,13 @@
-// --device cuda for the whisper_cuda executable: CudaDecoderCombinations (cuda_policies.cuh)
-// behind the Backend interface (backend.hpp), the only CUDA translation unit of the CLI.
+// --device cuda for the whisper_cuda executable: CudaDecoderCombinations (cuda_policies.cuh) and
+// the cuBLAS engine for the products (cublas_dense.cuh) behind the Backend interface
+// (backend.hpp), the only CUDA translation unit of the CLI.
+#include <memory>
 #include <string>
 
 #include <polyattn/exec/cuda/cuda.cuh>
 
 #include "backend.hpp"
+#include "cublas_dense.cuh"
 #include "cuda_policies.cuh"
 #include "error.hpp"
 
@@ -22,6 +25,7 @@ class CudaBackend final : public PolicyBackend<CudaDecoderCombinations> {
     if (exec::cuda::device_count(&reason) == 0)
       throw Error("--device cuda: no usable CUDA device (" + reason + "); use --device cpu");
   }
+  std::unique_ptr<Dense> make_dense() const override { return std::make_unique<CublasDense>(); }
 };
 
 }  // namespace

@@ -7,8 +7,8 @@
 // SlimK2 and XCache read rows as cached, so they run on exec::Cuda; SlimK1 and SlimK with RoPE
 // derive rows at attend time and are refused at compile time (attention.hpp).
 //
-// Only the attention runs on the GPU: the projections, the MLP and the encoder are Eigen GEMMs on
-// the CPU (cuBLAS left for later), and every attend copies its queries up and its outputs down.
+// The attention runs on the GPU and the products of the encoder and decoder through cuBLAS
+// (cublas_dense.cuh); every attend and every product copies its inputs up and its outputs down.
 #pragma once
 
 #include <polyattn/exec/cuda/cuda.cuh>

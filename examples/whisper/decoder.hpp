@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cross_attention.hpp"
+#include "dense.hpp"
 #include "error.hpp"
 #include "layers.hpp"
 #include "matrix.hpp"
@@ -46,7 +47,8 @@ class Decoder {
   using Self = typename Policies::self_policy;
   using Cross = typename Policies::cross_policy;
 
-  Decoder(const WhisperWeights& w, DecoderConfig cfg) : w_(&w), cross_(w, checked(cfg)), length_(std::size_t(cfg.max_sequences), -1) {
+  Decoder(const WhisperWeights& w, DecoderConfig cfg)
+      : w_(&w), dense_(cfg.dense ? cfg.dense : &eigen_dense()), cross_(w, checked(cfg)), length_(std::size_t(cfg.max_sequences), -1) {
     self_.reserve(w.decoder.size());
     for (std::size_t l = 0; l < w.decoder.size(); ++l) self_.emplace_back(w.decoder[l], w.dims, cfg, static_cast<int>(l));
   }
@@ -165,18 +167,17 @@ class Decoder {
       const RowMatrixXf h = layer_norm(x_, b.cross_ln);
       for (Eigen::Index p = 0; p < n; ++p) cross_.attend(static_cast<int>(l), seqs, h.middleRows(p * B, B), sub_.middleRows(p * B, B));
       x_ += sub_;
-      RowMatrixXf hidden = linear(layer_norm(x_, b.mlp_ln), b.fc1);
+      RowMatrixXf hidden = dense_->linear(layer_norm(x_, b.mlp_ln), b.fc1);
       gelu_inplace(hidden);
-      x_ += linear(hidden, b.fc2);
+      x_ += dense_->linear(hidden, b.fc2);
     }
     for (int seq : seqs) length_[std::size_t(seq)] += static_cast<int>(n);
     const RowMatrixXf last = layer_norm(x_.bottomRows(B), w_->decoder_ln);  // (B, D): position n - 1
-    RowMatrixXf logits(B, d.n_vocab);
-    logits.noalias() = last * w_->token_embedding.transpose();  // tied output projection
-    return logits;
+    return dense_->project(last, w_->token_embedding);  // (B, n_vocab): tied output projection
   }
 
   const WhisperWeights* w_;
+  Dense* dense_;
   Cross cross_;
   std::vector<Self> self_;        // one per decoder layer
   std::vector<int> length_;       // per sequence slot; -1 = closed

@@ -1,5 +1,6 @@
-// The non-attention layers of Whisper, on row-major (tokens, features) matrices with
-// GEMMs through Eigen: linear, LayerNorm, exact GELU, kernel-3 conv1d, sinusoids.
+// The non-attention layers of Whisper, on row-major (tokens, features) matrices: the Linear
+// weights, LayerNorm, exact GELU, im2col for the kernel-3 conv1d, sinusoids. Their products
+// (linear layers, the conv) run on a Dense engine (dense.hpp).
 #pragma once
 
 #include <Eigen/Core>
@@ -26,20 +27,6 @@ struct LayerNorm {
   float eps = 1e-5f;
 };
 
-// x: (n, in) -> (n, out) = x W^T + b.
-inline RowMatrixXf linear(const Eigen::Ref<const RowMatrixXf>& x, const Linear& l) {
-  RowMatrixXf y(x.rows(), l.weight.rows());
-  y.noalias() = x * l.weight.transpose();
-  y.rowwise() += l.bias;
-  return y;
-}
-
-// The same into a preallocated (n, out) block (any row stride), without a temporary.
-inline void linear_into(const Eigen::Ref<const RowMatrixXf>& x, const Linear& l, Eigen::Ref<RowMatrixXf> y) {
-  y.noalias() = x * l.weight.transpose();
-  y.rowwise() += l.bias;
-}
-
 // Normalises each row of x: (n, d).
 inline RowMatrixXf layer_norm(const Eigen::Ref<const RowMatrixXf>& x, const LayerNorm& ln) {
   RowMatrixXf y(x.rows(), x.cols());
@@ -58,12 +45,11 @@ inline void gelu_inplace(RowMatrixXf& x) {
   x.array() = 0.5f * x.array() * (1.0f + (x.array() * static_cast<float>(M_SQRT1_2)).erf());
 }
 
-// Conv1d with kernel 3, padding 1. x: (T_in, C_in) time-major; weight: (C_out, 3 * C_in)
-// with column k * C_in + c holding PyTorch's weight[o][c][k] (see conv_weight_k_major);
-// returns (T_out, C_out), T_out = (T_in - 1) / stride + 1. Computed as one GEMM over an
-// im2col matrix whose row t is [x[t*s - 1], x[t*s], x[t*s + 1]] (zeros outside).
-inline RowMatrixXf conv1d_k3(const Eigen::Ref<const RowMatrixXf>& x, const RowMatrixXf& weight, const RowVectorXf& bias,
-                             int stride) {
+// Conv1d with kernel 3, padding 1, is one product over im2col rows (Dense::conv1d_k3).
+// x (T_in, C_in) time-major -> (T_out, 3 * C_in), T_out = (T_in - 1) / stride + 1, row t =
+// [x[t*s - 1], x[t*s], x[t*s + 1]] (zeros outside). `weight` (C_out, 3 * C_in), column
+// k * C_in + c holding PyTorch's weight[o][c][k] (conv_weight_k_major), is only checked here.
+inline RowMatrixXf im2col_k3(const Eigen::Ref<const RowMatrixXf>& x, const RowMatrixXf& weight, int stride) {
   const Eigen::Index t_in = x.rows(), c_in = x.cols();
   if (weight.cols() != 3 * c_in)
     throw ModelError("conv1d_k3: weight has " + std::to_string(weight.cols()) + " columns, expected 3 x " +
@@ -75,10 +61,7 @@ inline RowMatrixXf conv1d_k3(const Eigen::Ref<const RowMatrixXf>& x, const RowMa
       const Eigen::Index src = t * stride + k - 1;
       if (src >= 0 && src < t_in) cols.block(t, k * c_in, 1, c_in) = x.row(src);
     }
-  RowMatrixXf y(t_out, weight.rows());
-  y.noalias() = cols * weight.transpose();
-  y.rowwise() += bias;
-  return y;
+  return cols;
 }
 
 // PyTorch conv weight (C_out, C_in, 3), flattened row-major, -> (C_out, 3 * C_in) k-major.

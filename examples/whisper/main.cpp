@@ -35,9 +35,9 @@ namespace pw = polyattn::whisper;
                "       %s [--device cpu|cuda] --list-policies   (one instantiated 'SELF CROSS' pair per line)\n"
                "  DIR: a CTranslate2 Whisper model directory (model.bin, config.json, vocabulary.txt)\n"
                "  FILE.bin: a whisper.cpp ggml model (f32/f16)\n"
-               "  --device: where the decoder's attention (self and cross) runs (default cpu). cuda: on the GPU\n"
-               "      through exec::Cuda; the projections, the MLP and the encoder stay on the CPU (Eigen GEMMs:\n"
-               "      cuBLAS is not used yet). %s\n"
+               "  --device: where the model runs (default cpu). cuda: the decoder's attention (self and cross) on\n"
+               "      the GPU through exec::Cuda, the encoder's and the decoder's products through cuBLAS; LayerNorm,\n"
+               "      GELU and the projections inside the library's cross-attention stay on the CPU. %s\n"
                "  --self, --cross: decoder attention policies (default mha/nhd, baseline); instantiated:\n"
                "      %s\n"
                "%s"
@@ -185,8 +185,8 @@ int main(int argc, char** argv) {
     }
     const pw::TranscribeReport& r = result.report;
     // run_sample.sh reads "--self S --cross C:" at the start of this line.
-    std::fprintf(stderr, "%s: %zu file(s), %d window(s), batch up to %d; policies built in %.0f ms; attention on %s\n",
-                 r.policies.c_str(), paths.size(), r.windows, r.max_batch, r.prepare_ms, backend->name().c_str());
+    std::fprintf(stderr, "%s: %zu file(s), %d window(s), batch up to %d; policies built in %.0f ms; attention on %s, products on %s\n",
+                 r.policies.c_str(), paths.size(), r.windows, r.max_batch, r.prepare_ms, backend->name().c_str(), r.dense.c_str());
     for (const std::string& note : r.notes) std::fprintf(stderr, "  %s\n", note.c_str());
     std::fprintf(stderr,
                  "  mel %.1f ms, encode %.1f ms, decode %.1f ms (opening windows %.1f ms, prefill and steps %.1f ms): %zu tokens, %.1f "

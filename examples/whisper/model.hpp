@@ -51,6 +51,7 @@ struct Transcript {
 struct TranscribeOptions {
   int batch = 16;   // sequences (30 s windows) decoded at once
   int threads = 0;  // attention executor threads (0 = all hardware threads); Eigen's are global
+  Dense* dense = nullptr;  // where the encoder's and decoder's products run (dense.hpp); nullptr: eigen_dense()
   // Called when a window of file `file` finishes: (file, windows done, windows of the file).
   std::function<void(std::size_t, int, int)> on_window;
 };
@@ -58,6 +59,7 @@ struct TranscribeOptions {
 // Time and memory of one transcribe() call.
 struct TranscribeReport {
   std::string policies;  // DecoderPolicies::name()
+  std::string dense;     // the Dense engine's name: where the products ran
   std::vector<std::string> notes;  // what the policies' weight conversions measured or decided
   double prepare_ms = 0;  // building the decoder policies (weight conversions, cache allocation)
   double mel_ms = 0, encode_ms = 0;
@@ -152,7 +154,9 @@ class WhisperModel {
   const RowMatrixXf& mel_filters() const { return filters_; }
 
   // One 30 s window (n_mels, 3000) -> audio features (n_audio_ctx, d).
-  RowMatrixXf encode(const RowMatrixXf& mel_window) const { return whisper::encode(w_, mel_window); }
+  RowMatrixXf encode(const RowMatrixXf& mel_window, Dense& dense = eigen_dense()) const {
+    return whisper::encode(w_, mel_window, dense);
+  }
 
   // Transcribes recordings (16 kHz mono samples each) with the decoder policies `Policies`
   // (policies.hpp); texts keep Whisper's leading space.
@@ -164,6 +168,8 @@ class WhisperModel {
     Transcription out;
     TranscribeReport& r = out.report;
     r.policies = Policies::name();
+    Dense& dense = opt.dense ? *opt.dense : eigen_dense();
+    r.dense = dense.name();
 
     struct Window {
       std::size_t file;
@@ -187,7 +193,7 @@ class WhisperModel {
     if (windows.empty()) return out;
 
     t0 = clock::now();
-    Decoder<Policies> decoder(w_, {.max_sequences = std::min<int>(opt.batch, r.windows), .threads = opt.threads});
+    Decoder<Policies> decoder(w_, {.max_sequences = std::min<int>(opt.batch, r.windows), .threads = opt.threads, .dense = &dense});
     r.prepare_ms = ms(t0, clock::now());
     r.notes = decoder.notes();
     struct Live {
@@ -227,7 +233,7 @@ class WhisperModel {
       while (live.size() + joining.size() < std::size_t(opt.batch) && admitted < windows.size()) {
         t0 = clock::now();
         const Window& win = windows[admitted];
-        const RowMatrixXf features = encode(specs[win.file].window(win.seek));
+        const RowMatrixXf features = encode(specs[win.file].window(win.seek), dense);
         const auto t1 = clock::now();
         r.encode_ms += ms(t0, t1);
         joining.push_back({decoder.open(features), admitted++, -1});

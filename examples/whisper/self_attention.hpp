@@ -34,6 +34,7 @@
 #include <polyattn/exec/cpu/cpu_simd.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 
+#include "dense.hpp"
 #include "layers.hpp"
 #include "matrix.hpp"
 #include "weights.hpp"
@@ -44,6 +45,7 @@ namespace polyattn::whisper {
 struct DecoderConfig {
   int max_sequences = 1;  // sequences decoded at once (the batch)
   int threads = 0;        // attention executor threads (0 = all hardware threads)
+  Dense* dense = nullptr;  // where the projections and the MLP run (dense.hpp); nullptr: eigen_dense()
 };
 
 // Cache held by one policy (or summed over the layers): what the CLI reports.
@@ -123,7 +125,8 @@ class VariantSelfLayer {
 
   VariantSelfLayer(SelfLayerWeights<Variant> w, const WhisperDims& d, const DecoderConfig& cfg)
       : w_(check(std::move(w))),
-        attn_(w_.shape, {.max_sequences = cfg.max_sequences, .capacity = d.n_text_ctx}, w_.params, cfg.threads) {
+        attn_(w_.shape, {.max_sequences = cfg.max_sequences, .capacity = d.n_text_ctx}, w_.params, cfg.threads),
+        dense_(cfg.dense ? cfg.dense : &eigen_dense()) {
     for (Eigen::Index p : w_.parts) width_ += p;
     width_ += w_.q_width;
   }
@@ -145,7 +148,7 @@ class VariantSelfLayer {
                     }),
                     Mask::causal, detail::strided_rows(att_.data() + i * ow, n, ow, B * ow));
     }
-    linear_into(att_, w_.out, out);
+    dense_->linear_into(att_, w_.out, out);
   }
 
   void decode(std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) {
@@ -155,7 +158,7 @@ class VariantSelfLayer {
                  detail::make_rows<Variant, Parts>(
                      [&](std::size_t p) { return detail::strided_rows(src + part_offset(p), x.rows(), w_.parts[p], stride); }),
                  att_);
-    linear_into(att_, w_.out, out);
+    dense_->linear_into(att_, w_.out, out);
   }
 
   CacheUse cache_use() const {
@@ -193,12 +196,13 @@ class VariantSelfLayer {
   std::pair<const float*, Eigen::Index> project(ConstMatrixRef x) {
     if (!projects()) return {x.data(), x.outerStride()};
     buf_.resize(x.rows(), width_);
-    linear_into(x, w_.in, buf_);
+    dense_->linear_into(x, w_.in, buf_);
     return {buf_.data(), width_};
   }
 
   SelfLayerWeights<Variant> w_;
   attention_type attn_;
+  Dense* dense_;
   Eigen::Index width_ = 0;
   RowMatrixXf buf_, att_;  // scratch: (rows, q | parts), (rows, output width)
 };

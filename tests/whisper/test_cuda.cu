@@ -1,6 +1,7 @@
-// The Whisper decoder with its attention on exec::Cuda (--device cuda): every combination of the
-// cuda backend (cuda_policies.cuh, compiled once in cuda_backend.cu and linked here as in
-// whisper_cuda) transcribes jfk.wav and its first 4 s, batched, to the CPU MHA baseline's tokens.
+// Whisper on the GPU (--device cuda): the cuBLAS engine for the products (cublas_dense.cuh)
+// against double oracles, and every combination of the cuda backend (cuda_policies.cuh, attention
+// on exec::Cuda; compiled once in cuda_backend.cu and linked here as in whisper_cuda) transcribing
+// jfk.wav and its first 4 s, batched, to the CPU MHA baseline's tokens.
 // Without a CUDA device the GPU case is skipped with a message (and the device check must say
 // why); without the model or jfk.wav it is skipped like the other Whisper tests.
 #include <doctest/doctest.h>
@@ -9,6 +10,7 @@
 #include <whisper/model.hpp>
 #include <whisper/wav.hpp>
 
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "../support/cuda_device.hpp"
+#include "dense_engine_checks.hpp"
 #include "test_util.hpp"
 
 using namespace polyattn::whisper;
@@ -42,6 +45,25 @@ TEST_SUITE("cuda") {
     else CHECK_NOTHROW(cuda->check_device());
   }
 
+  TEST_CASE("the cuBLAS engine: linear, conv1d_k3 and encoder attention against double oracles" * doctest::skip(kNoDevice)) {
+    const std::unique_ptr<Dense> engine = cuda_backend()->make_dense();
+    CHECK(engine->name().rfind("cublas (GPU ", 0) == 0);
+    whisper_test::check_dense_engine(*engine);
+  }
+
+  TEST_CASE("the cuBLAS engine refuses a weight that changed at a known address" * doctest::skip(kNoDevice)) {
+    const std::unique_ptr<Dense> engine = cuda_backend()->make_dense();
+    whisper_test::Rng rng(5);
+    Linear l{whisper_test::random_matrix(rng, 6, 4), whisper_test::random_matrix(rng, 1, 6)};
+    const RowMatrixXf x = whisper_test::random_matrix(rng, 2, 4);
+    const RowMatrixXf before = engine->linear(x, l);
+    l.weight(0, 0) += 1.0f;  // first element: one of the sampled values
+    CHECK_THROWS_WITH_AS(engine->linear(x, l), doctest::Contains("changed"), Error);
+    const std::unique_ptr<Dense> fresh = cuda_backend()->make_dense();  // a new engine copies it again
+    whisper_test::check_affine_bound(fresh->linear(x, l), x, l.weight, &l.bias);
+    CHECK(before.allFinite());
+  }
+
   TEST_CASE("jfk.wav: every exact CUDA combination gives the CPU MHA baseline's tokens" * doctest::skip(kNoDevice)) {
     const std::string dir = whisper_test::model_dir();
     const std::string wav = whisper_test::data_file("jfk.wav");
@@ -62,6 +84,7 @@ TEST_SUITE("cuda") {
     for (const auto& [self, cross] : cuda.policy_pairs()) {
       INFO("--device cuda --self " << self << " --cross " << cross);
       const Transcription got = cuda.transcribe(model, self, cross, audio, opt);
+      CHECK(got.report.dense.rfind("cublas", 0) == 0);  // the products ran on the GPU too
       REQUIRE(got.files.size() == files.size());
       for (std::size_t f = 0; f < files.size(); ++f) {
         INFO("file " << f);

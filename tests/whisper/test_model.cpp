@@ -8,6 +8,7 @@
 #include <numbers>
 
 #include "dense_decoder.hpp"
+#include "dense_engine_checks.hpp"
 #include "synthetic_files.hpp"
 #include "test_util.hpp"
 
@@ -17,44 +18,16 @@ using whisper_test::tiny_ggml;
 using whisper_test::tiny_pytorch_model;
 
 TEST_SUITE("model") {
-  TEST_CASE("layers: conv1d_k3, sinusoids, encoder attention") {
-    // conv1d_k3 against a direct loop, stride 1 and 2.
-    whisper_test::Rng rng(2);
-    const int t_in = 7, c_in = 3, c_out = 2;
-    std::vector<float> w_pt(c_out * c_in * 3);  // PyTorch (C_out, C_in, 3)
-    for (auto& v : w_pt) v = rng.normal_ish();
-    RowMatrixXf x(t_in, c_in);
-    for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = rng.normal_ish();
-    RowVectorXf bias(c_out);
-    bias << 0.5f, -1.0f;
-    for (int stride : {1, 2}) {
-      const RowMatrixXf y = conv1d_k3(x, conv_weight_k_major(w_pt.data(), c_out, c_in), bias, stride);
-      REQUIRE(y.rows() == (t_in - 1) / stride + 1);
-      for (Eigen::Index t = 0; t < y.rows(); ++t)
-        for (int o = 0; o < c_out; ++o) {
-          double acc = bias[o];
-          for (int c = 0; c < c_in; ++c)
-            for (int k = 0; k < 3; ++k) {
-              const Eigen::Index src = t * stride + k - 1;
-              if (src >= 0 && src < t_in) acc += w_pt[static_cast<std::size_t>((o * c_in + c) * 3 + k)] * x(src, c);
-            }
-          CHECK(y(t, o) == doctest::Approx(acc).epsilon(1e-5));
-        }
-    }
+  TEST_CASE("layers: sinusoids") {
     const RowMatrixXf pos = sinusoids(1500, 384);
     CHECK(pos(0, 0) == 0.0f);
     CHECK(pos(0, 192) == 1.0f);
     CHECK(pos(1499, 0) == doctest::Approx(std::sin(1499.0)).epsilon(1e-4));
+  }
 
-    // Encoder self-attention (Eigen GEMMs) against the dense double oracle.
-    const int n = 5, d = 8;
-    RowMatrixXf qkv(n, 3 * d);
-    for (Eigen::Index i = 0; i < qkv.size(); ++i) qkv.data()[i] = rng.normal_ish();
-    const whisper_test::RowMatrixXd q = qkv.leftCols(d).cast<double>(), k = qkv.middleCols(d, d).cast<double>(),
-                                    v = qkv.rightCols(d).cast<double>();
-    const RowMatrixXf att = encoder_self_attention(qkv, 2);
-    CHECK((att.cast<double>() - whisper_test::dense_attention(q, k, v, 2, false)).cwiseAbs().maxCoeff() < 1e-5);
-    CHECK_THROWS_AS(encoder_self_attention(qkv, 3), ModelError);
+  TEST_CASE("the Eigen engine: linear, conv1d_k3 and encoder attention against double oracles") {
+    EigenDense engine;
+    whisper_test::check_dense_engine(engine);
   }
 
   TEST_CASE("tiny.en: weights, encoder positions, jfk.wav transcript") {

@@ -1,0 +1,233 @@
+// CublasDense: the model's products (dense.hpp) on a CUDA device through cuBLAS, for
+// --device cuda. nvcc only; included by cuda_backend.cu, reached elsewhere through
+// Backend::make_dense() (backend.hpp).
+//
+// Every call copies its activations up and its result down (pageable host memory, on the
+// engine's stream) and waits: the layers between the products (LayerNorm, GELU, residuals) and
+// the decoder's attention executor work on host matrices. Weights are copied once, at their first
+// use, and found again by address (dense.hpp's contract); a weight whose shape or sampled values
+// differ from its device copy is reported rather than silently used stale.
+//
+// fp32 throughout, CUBLAS_DEFAULT_MATH: cuBLAS keeps float's precision (no TF32 unless the
+// NVIDIA_TF32_OVERRIDE environment says otherwise), so --device cuda gives the CPU's tokens.
+//
+// The GEMMs' arguments (row-major data seen column-major by cuBLAS) are planned in gemm_plan.hpp,
+// host-only, where a CPU test runs the same calls through a reference GEMM.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include <polyattn/exec/cuda/cuda_error.cuh>
+#include <polyattn/exec/cuda/device_memory.cuh>
+#include <polyattn/exec/cuda/kernels.cuh>
+
+#include "dense.hpp"
+#include "error.hpp"
+#include "gemm_plan.hpp"
+
+namespace polyattn::whisper {
+
+namespace cublas_detail {
+
+inline void check(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw Error(std::string("cuBLAS: ") + call + " failed: " + cublasGetStatusName(status) + ": " + cublasGetStatusString(status));
+}
+
+// y (rows, cols) += bias (cols) broadcast over the rows; y contiguous.
+template <class T>
+__global__ void add_row_bias(T* y, const T* bias, long long rows, int cols) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * cols) y[i] += bias[i % cols];
+}
+
+// Reduces one value per thread over the block (kMax: maximum, else sum); every thread gets the
+// result. partial: kThreads / 32 floats of shared memory.
+template <int kThreads, bool kMax>
+__device__ float block_reduce(float v, float* partial) {
+  v = kMax ? exec::cuda::warp_max(v) : exec::cuda::warp_sum(v);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = partial[0];
+  for (int w = 1; w < kThreads / 32; ++w) r = kMax ? fmaxf(r, partial[w]) : r + partial[w];
+  __syncthreads();  // partial is reused by the next reduction
+  return r;
+}
+
+// Each block normalises one row of length n in place: exp(s - max) / sum. The row is read
+// three times (max, exp and sum, scale); the encoder's rows (1500 floats) stay in L1/L2.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) softmax_rows(float* s, int n) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024);
+  __shared__ float partial[kThreads / 32];
+  float* row = s + static_cast<std::size_t>(blockIdx.x) * static_cast<std::size_t>(n);
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < n; j += kThreads) m = fmaxf(m, row[j]);
+  m = block_reduce<kThreads, true>(m, partial);
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < n; j += kThreads) {
+    const float e = expf(row[j] - m);
+    row[j] = e;
+    sum += e;
+  }
+  sum = block_reduce<kThreads, false>(sum, partial);
+  const float inv = 1.0f / sum;
+  for (int j = threadIdx.x; j < n; j += kThreads) row[j] *= inv;
+}
+
+}  // namespace cublas_detail
+
+class CublasDense final : public Dense {
+ public:
+  // The current CUDA device; throws (CudaError, or Error naming the cuBLAS call) when unusable.
+  CublasDense() {
+    POLYATTN_CUDA_CHECK(cudaGetDevice(&device_));
+    cudaDeviceProp prop{};
+    POLYATTN_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    device_name_ = prop.name;
+    cublas_detail::check(cublasCreate(&handle_), "cublasCreate");
+    cublas_detail::check(cublasSetStream(handle_, stream_.get()), "cublasSetStream");
+    cublas_detail::check(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  }
+  CublasDense(const CublasDense&) = delete;
+  CublasDense& operator=(const CublasDense&) = delete;
+  ~CublasDense() override {
+    if (handle_) cublasDestroy(handle_);
+  }
+
+  std::string name() const override { return "cublas (GPU " + std::to_string(device_) + ": " + device_name_ + ")"; }
+
+  // Device bytes held for weights.
+  std::size_t weight_bytes() const {
+    std::size_t bytes = 0;
+    for (const auto& [key, w] : weights_) bytes += w.buffer.size() * sizeof(float);
+    return bytes;
+  }
+
+  void affine(ConstMatrixRef x, const RowMatrixXf& w, const RowVectorXf* bias, MatrixRef y) override {
+    const int n = checked_int(x.rows(), "rows of x"), in = checked_int(x.cols(), "columns of x");
+    const int out = checked_int(w.rows(), "rows of W");
+    if (n == 0 || out == 0) return;
+    if (in == 0) throw Error("cuBLAS: affine with an empty input width");
+    const float* d_w = device_weight(w.data(), w.rows(), w.cols());
+    const float* d_bias = bias ? device_weight(bias->data(), 1, bias->size()) : nullptr;
+    float* d_x = upload(x, x_);
+    y_.reserve(std::size_t(n) * std::size_t(out));
+    run(affine_call(n, in, out), d_w, d_x, y_.data(), "affine");
+    if (d_bias) {
+      constexpr int kThreads = 256;
+      const long long total = static_cast<long long>(n) * out;
+      cublas_detail::add_row_bias<<<static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0, stream_.get()>>>(
+          y_.data(), d_bias, n, out);
+      exec::cuda::check_launch("add_row_bias");
+    }
+    download(y_.data(), y);
+  }
+
+  RowMatrixXf bidirectional_attention(const RowMatrixXf& qkv, int n_heads) override {
+    check_attention_input(qkv, n_heads);
+    const int n = checked_int(qkv.rows(), "frames"), width = checked_int(qkv.cols(), "qkv width");
+    const int d = width / 3;
+    RowMatrixXf out(n, d);
+    if (n == 0) return out;
+    const float* d_qkv = upload(qkv, x_);
+    scores_.reserve(std::size_t(n_heads) * std::size_t(n) * std::size_t(n));
+    y_.reserve(std::size_t(n) * std::size_t(d));
+    run(scores_call(n, d, n_heads), d_qkv, d_qkv, scores_.data(), "scores");
+    constexpr int kThreads = 256;
+    cublas_detail::softmax_rows<kThreads><<<static_cast<unsigned>(n_heads) * static_cast<unsigned>(n), kThreads, 0, stream_.get()>>>(
+        scores_.data(), n);
+    exec::cuda::check_launch("softmax_rows");
+    run(outputs_call(n, d, n_heads), d_qkv, scores_.data(), y_.data(), "outputs");
+    download(y_.data(), out);
+    return out;
+  }
+
+ private:
+  struct DeviceWeight {
+    Eigen::Index rows = 0, cols = 0;
+    std::array<float, 3> probe{};  // the host values at first, middle and last, when copied
+    exec::cuda::DeviceBuffer<float> buffer;
+  };
+
+  // One planned GEMM (gemm_plan.hpp) on the engine's stream.
+  void run(const GemmCall& c, const float* a, const float* b, float* out, const char* what) {
+    const float zero = 0.0f;
+    const auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
+    cublas_detail::check(cublasSgemmStridedBatched(handle_, op(c.transpose_a), op(c.transpose_b), c.m, c.n, c.k, &c.alpha, a + c.a_offset,
+                                                   c.lda, c.stride_a, b + c.b_offset, c.ldb, c.stride_b, &zero, out + c.c_offset, c.ldc,
+                                                   c.stride_c, c.batch),
+                         (std::string("cublasSgemmStridedBatched (") + what + ")").c_str());
+  }
+
+  static int checked_int(Eigen::Index v, const char* what) {
+    if (v < 0 || v > INT_MAX) throw Error(std::string("cuBLAS: ") + what + " (" + std::to_string(v) + ") does not fit an int");
+    return static_cast<int>(v);
+  }
+
+  static std::array<float, 3> probe(const float* host, std::size_t size) {
+    return {host[0], host[size / 2], host[size - 1]};
+  }
+
+  // The device copy of the weight at `host`, copied at its first use.
+  const float* device_weight(const float* host, Eigen::Index rows, Eigen::Index cols) {
+    const std::size_t size = std::size_t(rows) * std::size_t(cols);
+    auto it = weights_.find(host);
+    if (it != weights_.end()) {
+      const DeviceWeight& w = it->second;
+      // Bitwise: a weight is either the same bytes or a different weight at a reused address.
+      if (w.rows != rows || w.cols != cols || std::memcmp(w.probe.data(), probe(host, size).data(), sizeof(w.probe)) != 0)
+        throw Error("cuBLAS: the weight at a known address changed (now " + std::to_string(rows) + "x" + std::to_string(cols) + ", was " +
+                    std::to_string(w.rows) + "x" + std::to_string(w.cols) +
+                    "): weights must outlive the engine unchanged (dense.hpp); use one CublasDense per model and decoder");
+      return w.buffer.data();
+    }
+    DeviceWeight w{rows, cols, probe(host, size), {}};
+    w.buffer.reserve(size);
+    POLYATTN_CUDA_CHECK(cudaMemcpyAsync(w.buffer.data(), host, size * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
+    return weights_.emplace(host, std::move(w)).first->second.buffer.data();
+  }
+
+  // Bytes from one row to the next (a single row may report any stride; cudaMemcpy2D wants >= its width).
+  template <class Matrix>
+  static std::size_t pitch(const Matrix& m) {
+    return std::size_t(m.rows() > 1 ? std::max(m.outerStride(), m.cols()) : m.cols()) * sizeof(float);
+  }
+
+  // Copies x (rows of any stride) into `buffer` as a contiguous (rows, cols) matrix.
+  float* upload(ConstMatrixRef x, exec::cuda::DeviceBuffer<float>& buffer) {
+    buffer.reserve(std::size_t(x.rows()) * std::size_t(x.cols()));
+    const std::size_t row_bytes = std::size_t(x.cols()) * sizeof(float);
+    POLYATTN_CUDA_CHECK(cudaMemcpy2DAsync(buffer.data(), row_bytes, x.data(), pitch(x), row_bytes, std::size_t(x.rows()),
+                                          cudaMemcpyHostToDevice, stream_.get()));
+    return buffer.data();
+  }
+
+  // Copies a contiguous (y.rows(), y.cols()) device matrix into y (rows of any stride) and waits.
+  void download(const float* device, MatrixRef y) {
+    const std::size_t row_bytes = std::size_t(y.cols()) * sizeof(float);
+    POLYATTN_CUDA_CHECK(cudaMemcpy2DAsync(y.data(), pitch(y), device, row_bytes, row_bytes, std::size_t(y.rows()),
+                                          cudaMemcpyDeviceToHost, stream_.get()));
+    stream_.synchronize();
+  }
+
+  int device_ = 0;
+  std::string device_name_;
+  exec::cuda::Stream stream_;
+  cublasHandle_t handle_ = nullptr;
+  std::unordered_map<const float*, DeviceWeight> weights_;
+  exec::cuda::DeviceBuffer<float> x_, y_, scores_;  // activations, results, encoder attention scores
+};
+
+}  // namespace polyattn::whisper

@@ -1,0 +1,137 @@
+// The contract of a Dense engine (examples/whisper/dense.hpp), checked the same way for every
+// engine: EigenDense in test_model.cpp, CublasDense in test_cuda.cu (on a GPU). Results are
+// compared with double oracles under bounds that follow from float rounding, outputs are written
+// into row blocks of NaN-filled matrices (nothing outside the block may change), and bad shapes
+// must throw.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <whisper/dense.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "dense_decoder.hpp"
+#include "test_bytes.hpp"
+
+namespace whisper_test {
+
+inline RowMatrixXf random_matrix(Rng& rng, Eigen::Index rows, Eigen::Index cols) {
+  RowMatrixXf m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = rng.normal_ish();
+  return m;
+}
+
+// |got - want| <= (k + 2) u (|x| |W|^T + |b|) elementwise: the forward error of a float dot
+// product of length k in any summation order, plus the bias addition (u = 2^-24).
+inline void check_affine_bound(const RowMatrixXf& got, const RowMatrixXf& x, const RowMatrixXf& w, const RowVectorXf* bias) {
+  const double u = std::ldexp(1.0, -24);
+  RowMatrixXd want = x.cast<double>() * w.cast<double>().transpose();
+  RowMatrixXd scale = x.cast<double>().cwiseAbs() * w.cast<double>().cwiseAbs().transpose();
+  if (bias) {
+    want.rowwise() += bias->cast<double>();
+    scale.rowwise() += bias->cast<double>().cwiseAbs();
+  }
+  const RowMatrixXd bound = (double(x.cols()) + 2.0) * u * scale;
+  REQUIRE(got.rows() == want.rows());
+  REQUIRE(got.cols() == want.cols());
+  CHECK(((got.cast<double>() - want).cwiseAbs().array() <= bound.array()).all());
+}
+
+// Bound on |float attention - exact| for qkv (n, 3d) = [q | k | v] over `heads` heads. A score
+// s = q.k / sqrt(dh) is off by at most delta = (dh + 2) u |q||k| / sqrt(dh); the softmax weights
+// then by a factor exp(+-2 delta), and the weighted sum of n values adds (n + 2) u:
+// |error| <= max|v| (4 delta + (n + 2) u), with a factor 2 for exp's own rounding.
+inline double attention_bound(const RowMatrixXf& qkv, int heads) {
+  const Eigen::Index d = qkv.cols() / 3, dh = d / heads, n = qkv.rows();
+  const double u = std::ldexp(1.0, -24);
+  double qk = 0;
+  for (int h = 0; h < heads; ++h)
+    qk = std::max(qk, (qkv.middleCols(h * dh, dh).cast<double>().cwiseAbs() *
+                       qkv.middleCols(d + h * dh, dh).cast<double>().cwiseAbs().transpose()).maxCoeff());
+  const double delta = double(dh + 2) * u * qk / std::sqrt(double(dh));
+  return 2.0 * qkv.rightCols(d).cast<double>().cwiseAbs().maxCoeff() * (4.0 * delta + (double(n) + 2.0) * u);
+}
+
+inline void check_dense_engine(polyattn::whisper::Dense& engine) {
+  using polyattn::whisper::Linear;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Rng rng(11);
+  INFO("engine: " << engine.name());
+
+  SUBCASE("linear into row blocks of any stride; nothing outside the block written") {
+    // One weight for every call: a device engine keeps its copy by address (dense.hpp).
+    const Linear l{random_matrix(rng, 13, 9), random_matrix(rng, 1, 13)};
+    for (Eigen::Index rows : {1, 2, 7}) {
+      INFO("rows " << rows);
+      const RowMatrixXf wide = random_matrix(rng, rows, 20);  // x is columns [5, 14): row stride 20
+      RowMatrixXf out = RowMatrixXf::Constant(rows, 30, nan);
+      engine.linear_into(wide.middleCols(5, 9), l, out.middleCols(3, 13));
+      check_affine_bound(out.middleCols(3, 13), wide.middleCols(5, 9), l.weight, &l.bias);
+      CHECK(out.leftCols(3).array().isNaN().all());
+      CHECK(out.rightCols(14).array().isNaN().all());
+      // The same weight with other inputs, as a new matrix.
+      const RowMatrixXf x = random_matrix(rng, rows, 9);
+      check_affine_bound(engine.linear(x, l), x, l.weight, &l.bias);
+    }
+  }
+
+  SUBCASE("project: no bias (the tied logits)") {
+    const RowMatrixXf w = random_matrix(rng, 50, 16), x = random_matrix(rng, 3, 16);
+    check_affine_bound(engine.project(x, w), x, w, nullptr);
+  }
+
+  SUBCASE("conv1d_k3: stride 1 and 2 against a direct loop") {
+    const int t_in = 7, c_in = 3, c_out = 2;
+    std::vector<float> w_pt(c_out * c_in * 3);  // PyTorch (C_out, C_in, 3)
+    for (auto& v : w_pt) v = rng.normal_ish();
+    const RowMatrixXf x = random_matrix(rng, t_in, c_in);
+    const RowMatrixXf weight = polyattn::whisper::conv_weight_k_major(w_pt.data(), c_out, c_in);
+    RowVectorXf bias(c_out);
+    bias << 0.5f, -1.0f;
+    for (int stride : {1, 2}) {
+      const RowMatrixXf y = engine.conv1d_k3(x, weight, bias, stride);
+      REQUIRE(y.rows() == (t_in - 1) / stride + 1);
+      for (Eigen::Index t = 0; t < y.rows(); ++t)
+        for (int o = 0; o < c_out; ++o) {
+          double acc = bias[o], magnitude = std::abs(bias[o]);
+          for (int c = 0; c < c_in; ++c)
+            for (int k = 0; k < 3; ++k) {
+              const Eigen::Index src = t * stride + k - 1;
+              if (src < 0 || src >= t_in) continue;
+              const double term = double(w_pt[static_cast<std::size_t>((o * c_in + c) * 3 + k)]) * x(src, c);
+              acc += term;
+              magnitude += std::abs(term);
+            }
+          CHECK(std::abs(y(t, o) - acc) <= (3 * c_in + 2) * std::ldexp(1.0, -24) * magnitude);
+        }
+    }
+  }
+
+  SUBCASE("bidirectional attention against the double oracle") {
+    for (Eigen::Index n : {1, 37}) {
+      INFO("frames " << n);
+      const int heads = 3, dh = 8, d = heads * dh;
+      const RowMatrixXf qkv = random_matrix(rng, n, 3 * d);
+      const RowMatrixXd q = qkv.leftCols(d).cast<double>(), k = qkv.middleCols(d, d).cast<double>(), v = qkv.rightCols(d).cast<double>();
+      const RowMatrixXf got = engine.bidirectional_attention(qkv, heads);
+      CHECK((got.cast<double>() - dense_attention(q, k, v, heads, false)).cwiseAbs().maxCoeff() <= attention_bound(qkv, heads));
+    }
+  }
+
+  SUBCASE("bad shapes throw and name the sizes") {
+    const Linear l{random_matrix(rng, 4, 3), random_matrix(rng, 1, 4)};
+    RowMatrixXf y(2, 4);
+    CHECK_THROWS_WITH_AS(engine.linear_into(random_matrix(rng, 2, 5), l, y), doctest::Contains("x (2x5)"), polyattn::whisper::Error);
+    RowMatrixXf narrow(2, 3);
+    CHECK_THROWS_WITH_AS(engine.linear_into(random_matrix(rng, 2, 3), l, narrow), doctest::Contains("into y (2x3)"), polyattn::whisper::Error);
+    const Linear short_bias{random_matrix(rng, 4, 3), random_matrix(rng, 1, 2)};
+    CHECK_THROWS_WITH_AS(engine.linear(random_matrix(rng, 2, 3), short_bias), doctest::Contains("bias of 2 for 4"), polyattn::whisper::Error);
+    CHECK_THROWS_AS(engine.bidirectional_attention(random_matrix(rng, 5, 24), 5), polyattn::whisper::ModelError);
+  }
+}
+
+}  // namespace whisper_test
