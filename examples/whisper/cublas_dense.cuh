@@ -8,8 +8,12 @@
 // use, and found again by address (dense.hpp's contract); a weight whose shape or sampled values
 // differ from its device copy is reported rather than silently used stale.
 //
-// fp32 throughout, CUBLAS_DEFAULT_MATH: cuBLAS keeps float's precision (no TF32 unless the
-// NVIDIA_TF32_OVERRIDE environment says otherwise), so --device cuda gives the CPU's tokens.
+// fp32 throughout, CUBLAS_DEFAULT_MATH: single-precision GEMMs stay plain fp32 (no TF32), so
+// --device cuda is expected to give the CPU's tokens (summation order differs: compare logits
+// before suspecting a bug if a near-tie flips a token).
+//
+// One device: the one current at construction, which must stay current while the engine is used
+// (as for exec::Cuda).
 //
 // The GEMMs' arguments (row-major data seen column-major by cuBLAS) are planned in gemm_plan.hpp,
 // host-only, where a CPU test runs the same calls through a reference GEMM.
@@ -97,8 +101,13 @@ class CublasDense final : public Dense {
     POLYATTN_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = prop.name;
     cublas_detail::check(cublasCreate(&handle_), "cublasCreate");
-    cublas_detail::check(cublasSetStream(handle_, stream_.get()), "cublasSetStream");
-    cublas_detail::check(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    try {
+      cublas_detail::check(cublasSetStream(handle_, stream_.get()), "cublasSetStream");
+      cublas_detail::check(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    } catch (...) {
+      cublasDestroy(handle_);  // the destructor does not run for a constructor that throws
+      throw;
+    }
   }
   CublasDense(const CublasDense&) = delete;
   CublasDense& operator=(const CublasDense&) = delete;

@@ -80,32 +80,34 @@ class Dense {
   }
   // The same into a preallocated (n, out) block (any row stride).
   void linear_into(ConstMatrixRef x, const Linear& l, MatrixRef y) {
-    check_shapes(x, l.weight, y);
-    if (l.bias.size() != l.out_features())
-      throw Error("dense: bias of " + std::to_string(l.bias.size()) + " for " + std::to_string(l.out_features()) + " outputs");
+    check_shapes(x, l.weight, &l.bias, y);
     affine(x, l.weight, &l.bias, y);
   }
   // Conv1d with kernel 3, padding 1, as one product over im2col rows (layers.hpp conv1d_k3).
   RowMatrixXf conv1d_k3(ConstMatrixRef x, const RowMatrixXf& weight, const RowVectorXf& bias, int stride) {
     const RowMatrixXf cols = im2col_k3(x, weight, stride);
     RowMatrixXf y(cols.rows(), weight.rows());
+    check_shapes(cols, weight, &bias, y);
     affine(cols, weight, &bias, y);
     return y;
   }
   // x: (n, in) -> (n, out) = x W^T, for the tied output projection (W: the token embedding).
   RowMatrixXf project(ConstMatrixRef x, const RowMatrixXf& w) {
     RowMatrixXf y(x.rows(), w.rows());
-    check_shapes(x, w, y);
+    check_shapes(x, w, nullptr, y);
     affine(x, w, nullptr, y);
     return y;
   }
 
  private:
-  static void check_shapes(ConstMatrixRef x, const RowMatrixXf& w, ConstMatrixRef y) {
+  // Every engine may assume these: x (n, in), W (out, in), b (out) or none, y (n, out).
+  static void check_shapes(ConstMatrixRef x, const RowMatrixXf& w, const RowVectorXf* bias, ConstMatrixRef y) {
     if (x.cols() != w.cols() || y.rows() != x.rows() || y.cols() != w.rows())
       throw Error("dense: x (" + std::to_string(x.rows()) + "x" + std::to_string(x.cols()) + ") W^T with W (" +
                   std::to_string(w.rows()) + "x" + std::to_string(w.cols()) + ") into y (" + std::to_string(y.rows()) + "x" +
                   std::to_string(y.cols()) + ")");
+    if (bias && bias->size() != w.rows())
+      throw Error("dense: bias of " + std::to_string(bias->size()) + " for " + std::to_string(w.rows()) + " outputs");
   }
 };
 

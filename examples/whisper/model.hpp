@@ -51,7 +51,10 @@ struct Transcript {
 struct TranscribeOptions {
   int batch = 16;   // sequences (30 s windows) decoded at once
   int threads = 0;  // attention executor threads (0 = all hardware threads); Eigen's are global
-  Dense* dense = nullptr;  // where the encoder's and decoder's products run (dense.hpp); nullptr: eigen_dense()
+  // Where the encoder's and decoder's products run (dense.hpp); nullptr: eigen_dense(). An engine
+  // that keeps weight copies (CublasDense) must serve one call only: the decoder built by the call
+  // owns converted weights, freed when it ends (Backend::transcribe makes one engine per call).
+  Dense* dense = nullptr;
   // Called when a window of file `file` finishes: (file, windows done, windows of the file).
   std::function<void(std::size_t, int, int)> on_window;
 };

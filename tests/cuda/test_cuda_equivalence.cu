@@ -4,7 +4,8 @@
 // Mla (absorbed decode) against the expanded computation; Mtla (rows rewritten after the mirror
 // copied them) against its parallel path. The AttendSpec cases drive the primitive directly
 // (one tensor for keys and values, column offsets, groups wider than a block's tile, rows wider
-// than 256 and 1024). Not on Cuda: variants that derive rows at attend time (SlimK option 1,
+// than 256 and 1024). The cross-attention cache options (baseline, K-only, E-cache, hybrid) run
+// the CPU executors' scenario (support/cross_scenarios.hpp). Not on Cuda: variants that derive rows at attend time (SlimK option 1,
 // SlimK with RoPE), refused at compile time (attention.hpp).
 // Without a CUDA device the GPU cases are skipped with a message; the host-only cases still run.
 #include <doctest/doctest.h>
@@ -19,12 +20,14 @@
 #include <polyattn/cache/paged.hpp>
 #include <polyattn/exec/cuda/cuda.cuh>
 #include <polyattn/exec/reference/reference.hpp>
+#include <polyattn/variants/cross_cache.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 #include <polyattn/variants/mla.hpp>
 #include <polyattn/variants/mtla.hpp>
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 
+#include "support/cross_scenarios.hpp"
 #include "support/cuda_device.hpp"
 #include "support/dense_oracle.hpp"
 #include "support/equivalence_scenarios.hpp"
@@ -108,6 +111,14 @@ TEST_CASE_TEMPLATE("cuda: SlimK2 and XCache on converted layers match the Refere
         // A wrong row, head or stale mirror moves y by O(max|y|) (slim: times cond(W_k)): the bound stays below that.
         CHECK(tol <= 0.1 * want.cwiseAbs().maxCoeff());
       }
+}
+
+// The four cross-attention cache options on the GPU (one device mirror per per-layer store):
+// the same scenario and tolerance as on the CPU executors (tests/test_cross_cache.cpp).
+TEST_CASE_TEMPLATE("cuda: cross-attention cache options match MHA cross-attention" * doctest::skip(kNoDevice), Option, cross::Baseline,
+                   cross::KOnly, cross::SharedE, cross::Hybrid) {
+  check_cross_option<Option, Hnd, exec::Cuda>(100.0);
+  check_cross_option<Option, Paged<16>, exec::Cuda>(100.0);
 }
 
 using MlaRope = Mla<24, 8, MlaKeyPart::decoupled_rope>;  // DeepSeek form

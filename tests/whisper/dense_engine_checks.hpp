@@ -130,6 +130,9 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
     CHECK_THROWS_WITH_AS(engine.linear_into(random_matrix(rng, 2, 3), l, narrow), doctest::Contains("into y (2x3)"), polyattn::whisper::Error);
     const Linear short_bias{random_matrix(rng, 4, 3), random_matrix(rng, 1, 2)};
     CHECK_THROWS_WITH_AS(engine.linear(random_matrix(rng, 2, 3), short_bias), doctest::Contains("bias of 2 for 4"), polyattn::whisper::Error);
+    const RowVectorXf one_bias = RowVectorXf::Zero(1);
+    CHECK_THROWS_WITH_AS(engine.conv1d_k3(random_matrix(rng, 5, 3), random_matrix(rng, 2, 9), one_bias, 1), doctest::Contains("bias of 1 for 2"),
+                         polyattn::whisper::Error);
     CHECK_THROWS_AS(engine.bidirectional_attention(random_matrix(rng, 5, 24), 5), polyattn::whisper::ModelError);
   }
 }
