@@ -24,6 +24,7 @@
 
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/core/attend.hpp"
+#include "polyattn/core/cache_element.hpp"
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/matrix.hpp"
 #include "polyattn/core/shape.hpp"
@@ -92,7 +93,8 @@ template <class Variant, class Layout, class Executor, class T = float>
 class Attention {
   static_assert(AttentionVariant<Variant>,
                 "polyattn: the Variant argument of Attention does not model AttentionVariant (see variants/variant.hpp)");
-  static_assert(std::is_floating_point_v<T>, "polyattn: cache element type T must be a floating-point type");
+  static_assert(CacheElement<T>,
+                "polyattn: cache element type T must be float, double, Eigen::half or Eigen::bfloat16 (core/cache_element.hpp)");
   static_assert(Variant::tokens_per_row >= 1, "polyattn: Variant::tokens_per_row must be >= 1");
   static constexpr bool merges_tokens = Variant::tokens_per_row > 1;
 

@@ -5,7 +5,8 @@
 // copied them) against its parallel path. The AttendSpec cases drive the primitive directly
 // (one tensor for keys and values, column offsets, groups wider than a block's tile, rows wider
 // than 256 and 1024). The cross-attention cache options (baseline, K-only, E-cache, hybrid) run
-// the CPU executors' scenario (support/cross_scenarios.hpp). Not on Cuda: variants that derive rows at attend time (SlimK option 1,
+// the CPU executors' scenario (support/cross_scenarios.hpp). 16-bit caches (half, bfloat16)
+// against float caches of pre-rounded rows and against Reference. Not on Cuda: variants that derive rows at attend time (SlimK option 1,
 // SlimK with RoPE), refused at compile time (attention.hpp).
 // Without a CUDA device the GPU cases are skipped with a message; the host-only cases still run.
 #include <doctest/doctest.h>
@@ -33,6 +34,7 @@
 #include "support/equivalence_scenarios.hpp"
 #include "support/executor_tolerance.hpp"
 #include "support/latent_scenarios.hpp"
+#include "support/rounded_cache.hpp"
 #include "support/mha_layer.hpp"
 
 using namespace polyattn;
@@ -119,6 +121,45 @@ TEST_CASE_TEMPLATE("cuda: cross-attention cache options match MHA cross-attentio
                    cross::KOnly, cross::SharedE, cross::Hybrid) {
   check_cross_option<Option, Hnd, exec::Cuda>(100.0);
   check_cross_option<Option, Paged<16>, exec::Cuda>(100.0);
+}
+
+// 16-bit caches (Eigen::half, Eigen::bfloat16 on the host; __half, __nv_bfloat16 on the device):
+// Mha gives bit for bit what a float cache of the pre-rounded rows gives on every layout, and
+// SlimK2 / XCache match the Reference executor reading the same 16-bit caches.
+TEST_CASE_TEMPLATE("cuda: 16-bit caches read back exactly what was rounded on write" * doctest::skip(kNoDevice), T, Eigen::half,
+                   Eigen::bfloat16) {
+  const RoundedCacheInputs in(9);
+  check_rounded_once<T, Nhd, exec::Cuda>(in);
+  check_rounded_once<T, Hnd, exec::Cuda>(in);
+  check_rounded_once<T, Paged<16>, exec::Cuda>(in);
+  check_rounded_once<T, Paged<7>, exec::Cuda>(in);
+}
+
+template <class V, class T>
+void check_16_bit_layer() {
+  const AttentionShape shape{6, 16};
+  std::mt19937 rng(23);
+  LayerModel m;
+  m.shape = shape;
+  m.mha = random_mha_weights(shape.input_width(), shape.query_width(), 100.0, rng);
+  m.slim = convert_to_slim_k(m.mha);
+  m.xcache = make_x_cache_params(m.mha, shape);
+  const Script s = Script::random(shape.input_width(), rng, 4, 0.0, 7);
+  Attention<V, Nhd, exec::Reference, T> ref(shape, script_cache(), params_for<V>(m));
+  Attention<V, Hnd, exec::Cuda, T> cuda(shape, script_cache(), params_for<V>(m));
+  const RowMatrixXf want = run_script(ref, m, s), got = run_script(cuda, m, s);
+  // Both read the same rounded rows; the bound is executor_tolerance's (fp32 against exact) for
+  // norms of keys and values that rounding to T grew by at most (1 + u) each.
+  const double u = std::is_same_v<T, Eigen::half> ? 0x1p-11 : 0x1p-8;
+  const double tol = executor_tolerance<V>(m, s, script_cache().capacity) * (1 + u) * (1 + u);
+  INFO(decltype(cuda)::name(), " with ", sizeof(T) * 8, "-bit elements, tolerance ", tol);
+  CHECK(max_abs_diff(got, want) <= tol);
+}
+
+TEST_CASE_TEMPLATE("cuda: SlimK2 and XCache over 16-bit caches match the Reference executor" * doctest::skip(kNoDevice), T, Eigen::half,
+                   Eigen::bfloat16) {
+  check_16_bit_layer<SlimK2, T>();
+  check_16_bit_layer<XCache, T>();
 }
 
 using MlaRope = Mla<24, 8, MlaKeyPart::decoupled_rope>;  // DeepSeek form

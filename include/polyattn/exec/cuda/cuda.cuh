@@ -14,12 +14,16 @@
 // Variants: every one whose attend reads rows as cached (Mha/Gqa/Mqa, SlimK2, XCache, Mla, Mtla);
 // their query/output hooks run on the host (attend_with_hooks). Variants that derive rows at
 // attend time (derives_rows: SlimK1, SlimK with RoPE) are refused at compile time there.
+// Cache elements: float, double, and 16-bit Eigen::half / Eigen::bfloat16 (read on the device as
+// __half / __nv_bfloat16, accumulated in fp32).
 // Limits, checked with a clear error: key_dim and value_dim <= 2048, at most 4 cached tensors.
 // Rows are assumed immutable once written, except each sequence's last row where the spec says
 // the variant rewrites it (AttendSpec::rewrites_last_row, MTLA's merge into the open slot): the
 // mirror re-copies it at every attend (mirror_plan.hpp).
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -39,9 +43,33 @@
 #include "polyattn/exec/cuda/kernels.cuh"
 #include "polyattn/exec/cuda/mirror_plan.hpp"
 
+namespace Eigen {  // declared, not included: this header leaves Eigen to the including TU
+struct half;
+struct bfloat16;
+}  // namespace Eigen
+
 namespace polyattn::exec {
 
 namespace cuda {
+
+/// The device type of a cache element (core/cache_element.hpp): the same bits, as a type device
+/// code converts to float. Eigen's 16-bit types are host-only here (EIGEN_NO_CUDA), CUDA's are
+/// their bit-for-bit twins (IEEE binary16; bfloat16 = float's upper half): rows are copied as
+/// bytes from the host store into the mirror.
+template <class T>
+struct device_element {
+  using type = T;
+};
+template <>
+struct device_element<Eigen::half> {
+  using type = __half;
+};
+template <>
+struct device_element<Eigen::bfloat16> {
+  using type = __nv_bfloat16;
+};
+template <class T>
+using device_element_t = typename device_element<T>::type;
 
 /// CUDA devices visible to this process; 0 with `reason` set when there is none or no driver.
 inline int device_count(std::string* reason = nullptr) {
@@ -85,7 +113,10 @@ class Cuda {
 
   template <class Store>
   void attend(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) {
-    using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
+    // The device reads the host's bits through a type device code converts to float.
+    using Host = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
+    using T = cuda::device_element_t<Host>;
+    static_assert(sizeof(T) == sizeof(Host), "polyattn: a cache element and its device type must have the same bits");
     if (jobs.empty()) return;
     check_spec(store, spec);
     for (const QueryJob& job : jobs)  // the mirror holds `length` tokens; reading past them is garbage
@@ -202,7 +233,8 @@ class Cuda {
           if (used + spec.elements() > capacity || n_rows == staged_rows_.size()) flush(true);
           staged_rows_.data()[n_rows++] = {t, r.seq, token, 0, std::int64_t(used)};
           for (int h = 0; h < spec.heads; ++h)
-            std::memcpy(staging + used + std::size_t(h) * spec.dim, store.row(t, r.seq, token, h), std::size_t(spec.dim) * sizeof(T));
+            std::memcpy(static_cast<void*>(staging + used + std::size_t(h) * spec.dim), store.row(t, r.seq, token, h),
+                        std::size_t(spec.dim) * sizeof(T));  // host bits into the device type (device_element)
           used += spec.elements();
         }
     flush(false);  // stream order puts it before the kernels; run() waits before the next refill

@@ -1,0 +1,69 @@
+// 16-bit caches (core/cache_element.hpp): Attention<..., Eigen::half or Eigen::bfloat16> rounds
+// each row once when it is written and reads it back as float; everything else is unchanged.
+// Checked on the Reference executor (which reads every element type): fed the same rows, a half
+// cache gives exactly what a float cache gives for those rows rounded to half beforehand, at
+// half the bytes, and stays within the rounding bound of the float result. (exec::Cuda's 16-bit
+// caches run against this executor in tests/cuda/test_cuda_equivalence.cu.)
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include <polyattn/attention.hpp>
+#include <polyattn/cache/contiguous.hpp>
+#include <polyattn/cache/paged.hpp>
+#include <polyattn/exec/reference/reference.hpp>
+#include <polyattn/variants/mha_gqa.hpp>
+
+#include "support/dense_oracle.hpp"
+#include "support/rounded_cache.hpp"
+
+using namespace polyattn;
+using namespace polyattn::testing;
+
+static_assert(CacheElement<float> && CacheElement<double> && CacheElement<Eigen::half> && CacheElement<Eigen::bfloat16>);
+static_assert(!CacheElement<int> && !CacheElement<std::uint16_t>);
+static_assert(Attention<Mha, Nhd, exec::Reference, Eigen::half>::cache_bytes_per_token({6, 64}) == 2 * 6 * 64 * 2);
+static_assert(Attention<Mha, Paged<16>, exec::Reference, Eigen::bfloat16>::cache_bytes_per_token({6, 64}) ==
+              Attention<Mha, Paged<16>, exec::Reference, float>::cache_bytes_per_token({6, 64}) / 2);
+
+namespace {
+
+// Unit roundoff of T: 2^-11 for half (11-bit significand), 2^-8 for bfloat16 (8-bit).
+template <class T>
+constexpr double unit_roundoff() {
+  return std::is_same_v<T, Eigen::half> ? 0x1p-11 : 0x1p-8;
+}
+
+template <class T, class Layout>
+void check_16_bit_cache() {
+  const RoundedCacheInputs in(5);
+  const RowMatrixXf& q = in.q;
+  const RowMatrixXf& k = in.k;
+  const RowMatrixXf& v = in.v;
+  const AttentionShape shape = in.shape;
+  const RowMatrixXf y_low = check_rounded_once<T, Layout, exec::Reference>(in);
+  Attention<Mha, Layout, exec::Reference, float> full(shape, in.config);
+  const RowMatrixXf y_full = prefill_then_decode(full, q, k, v);
+  // Against the float cache: a key element off by u|k_i| moves a score by at most
+  // delta = u scale sum_i |q_i||k_i|, the softmax weights by a factor exp(+-2 delta); a value
+  // element by u|v|. Per output: max|v| (exp(2 delta) - 1 + u) (+ float rounding, 2^-20 here).
+  const double u = unit_roundoff<T>(), scale = 1.0 / std::sqrt(double(shape.head_dim));
+  double qk = 0;
+  for (int h = 0; h < shape.n_heads; ++h)
+    qk = std::max(qk, double((q.middleCols(h * 8, 8).cwiseAbs() * k.middleCols(h * 8, 8).cwiseAbs().transpose()).maxCoeff()));
+  const double bound = double(v.cwiseAbs().maxCoeff()) * (std::expm1(2.0 * u * scale * qk) + u) + 0x1p-20;
+  const double err = max_abs_diff(y_low, y_full);
+  MESSAGE(decltype(full)::name(), " ", sizeof(T) * 8, "-bit cache: max |y - y_float| = ", err, " (bound ", bound, ")");
+  CHECK(err <= bound);
+  CHECK(err > 0.0);  // the rows really were rounded
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a 16-bit cache rounds rows once on write and reads them back as float", T, Eigen::half, Eigen::bfloat16) {
+  check_16_bit_cache<T, Nhd>();
+  check_16_bit_cache<T, Hnd>();
+  check_16_bit_cache<T, Paged<4>>();
+}
