@@ -133,12 +133,15 @@ TEST_SUITE("espeak") {
       MESSAGE("skipped: espeak-ng is not installed (apt-get install espeak-ng)");
       return;
     }
-    const std::vector<std::string> sentences = {
+    std::vector<std::string> sentences = {
         "Memory bandwidth limits every decoding step.",
         "Please call Stella and ask her to bring these things with her from the store.",
         "The weather today is sunny with a light breeze from the west.",
         "Every new token reads the whole cache of keys and values.",
     };
+#ifdef POLYATTN_ESPEAK_SENTENCES  // fewer under the sanitizers (tests/whisper/CMakeLists.txt)
+    sentences.resize(POLYATTN_ESPEAK_SENTENCES);
+#endif
     std::vector<std::vector<float>> audio;
     for (std::size_t i = 0; i < sentences.size(); ++i) {
       const std::string path = whisper_test::temp_path("espeak_" + std::to_string(i) + ".wav");
