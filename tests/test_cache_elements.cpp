@@ -30,12 +30,6 @@ static_assert(Attention<Mha, Paged<16>, exec::Reference, Eigen::bfloat16>::cache
 
 namespace {
 
-// Unit roundoff of T: 2^-11 for half (11-bit significand), 2^-8 for bfloat16 (8-bit).
-template <class T>
-constexpr double unit_roundoff() {
-  return std::is_same_v<T, Eigen::half> ? 0x1p-11 : 0x1p-8;
-}
-
 template <class T, class Layout>
 void check_16_bit_cache() {
   const RoundedCacheInputs in(5);

@@ -117,13 +117,6 @@ class CublasDense final : public Dense {
 
   std::string name() const override { return "cublas (GPU " + std::to_string(device_) + ": " + device_name_ + ")"; }
 
-  // Device bytes held for weights.
-  std::size_t weight_bytes() const {
-    std::size_t bytes = 0;
-    for (const auto& [key, w] : weights_) bytes += w.buffer.size() * sizeof(float);
-    return bytes;
-  }
-
   void affine(ConstMatrixRef x, const RowMatrixXf& w, const RowVectorXf* bias, MatrixRef y) override {
     const int n = checked_int(x.rows(), "rows of x"), in = checked_int(x.cols(), "columns of x");
     const int out = checked_int(w.rows(), "rows of W");

@@ -150,7 +150,7 @@ void check_16_bit_layer() {
   const RowMatrixXf want = run_script(ref, m, s), got = run_script(cuda, m, s);
   // Both read the same rounded rows; the bound is executor_tolerance's (fp32 against exact) for
   // norms of keys and values that rounding to T grew by at most (1 + u) each.
-  const double u = std::is_same_v<T, Eigen::half> ? 0x1p-11 : 0x1p-8;
+  const double u = unit_roundoff<T>();
   const double tol = executor_tolerance<V>(m, s, script_cache().capacity) * (1 + u) * (1 + u);
   INFO(decltype(cuda)::name(), " with ", sizeof(T) * 8, "-bit elements, tolerance ", tol);
   CHECK(max_abs_diff(got, want) <= tol);

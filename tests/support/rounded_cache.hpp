@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <random>
+#include <type_traits>
 
 #include <polyattn/attention.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
@@ -15,6 +16,13 @@
 #include "support/dense_oracle.hpp"
 
 namespace polyattn::testing {
+
+/// Unit roundoff of a 16-bit T: 2^-11 for half (11-bit significand), 2^-8 for bfloat16 (8-bit).
+template <class T>
+constexpr double unit_roundoff() {
+  static_assert(std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>);
+  return std::is_same_v<T, Eigen::half> ? 0x1p-11 : 0x1p-8;
+}
 
 template <class T>
 RowMatrixXf rounded(const RowMatrixXf& m) {
