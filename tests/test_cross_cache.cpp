@@ -31,3 +31,27 @@ TEST_CASE("the hybrid refuses a non-square first-layer W_k") {
   using Cross = CrossAttention<cross::Hybrid>;
   CHECK_THROWS_WITH_AS(Cross({4, 16, 48}, layers, {}, 1), doctest::Contains("must be square"), ShapeError);
 }
+
+// A layer's first attend projects the encoder output of every sequence of the batch into its
+// cache: with a paged pool that cannot hold them all, it refuses before projecting any (the
+// per-sequence checks of set_encoder_output pass: nothing is written until that attend).
+TEST_CASE("a first attend whose encoder outputs overflow the page pool caches nothing") {
+  const AttentionShape shape{2, 8};
+  std::mt19937 rng(3);
+  const std::vector<MhaWeights> layers{random_mha_weights(16, 16, 10.0, rng)};
+  CrossAttention<cross::Baseline, Paged<16>, exec::Reference> cross(
+      shape, layers, {.max_sequences = 2, .capacity = 32, .pool_pages = 3, .poison_unused = true}, 1);
+  const int a = cross.open_sequence(), b = cross.open_sequence();
+  cross.set_encoder_output(a, random_matrix(20, 16, rng));  // 2 pages each, 3 in the pool
+  cross.set_encoder_output(b, random_matrix(20, 16, rng));
+  const int ab[] = {a, b};
+  RowMatrixXf y(2, 16);
+  CHECK_THROWS_WITH_AS(cross.attend(0, ab, random_matrix(2, 16, rng), y),
+                       doctest::Contains("the 2 sequences of this call need 4 more page(s) of 16 tokens together, 3 of 3 are free"),
+                       CapacityError);
+  CHECK(cross.cache_bytes(a) == 0);
+  CHECK(cross.cache_bytes(b) == 0);
+  const int only_a[] = {a};  // one of them fits, and still has its encoder output
+  cross.attend(0, only_a, random_matrix(1, 16, rng), y.topRows(1));
+  CHECK(cross.cache_bytes(a) == 20 * cross.cache_bytes_per_frame());
+}

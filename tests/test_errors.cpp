@@ -72,6 +72,66 @@ TEST_CASE_TEMPLATE("overflow is a clear error and loses nothing", L, Nhd, Hnd, P
   CHECK(out2 == before);  // bit-identical: the cache is as it was
 }
 
+// Issue #11, bug 1: decode checked each sequence against the free pages on its own and then grew
+// them one after another, so a batch that needed more pages than were free wrote its first
+// sequences and threw on a later one. Each sequence here fills one page exactly; the pool has
+// one page left, and the batch needs two.
+TEST_CASE_TEMPLATE("page-pool exhaustion part-way through a batch is refused before anything is written", L, Paged<2>, Paged<5>) {
+  constexpr int P = L::page_size;
+  Attention<Mha, L, exec::Reference> attn({2, 4}, {.max_sequences = 2, .capacity = 4 * P, .pool_pages = 3, .poison_unused = true});
+  const int a = attn.open_sequence(), b = attn.open_sequence();
+  std::mt19937 rng(4);
+  RowMatrixXf q = random_matrix(P + 1, 8, rng), k = random_matrix(P + 1, 8, rng), v = random_matrix(P + 1, 8, rng), out(P + 1, 8);
+  attn.prefill(a, q.topRows(P), {k.topRows(P), v.topRows(P)}, Mask::causal, out.topRows(P));
+  attn.prefill(b, q.topRows(P), {k.topRows(P), v.topRows(P)}, Mask::causal, out.topRows(P));
+  REQUIRE(attn.cache().free_pages() == 1);
+  const int ab[] = {a, b};
+  RowMatrixXf q2 = random_matrix(2, 8, rng), out2(2, 8), before(2, 8);
+  attn.attend(ab, q2, before);
+  const auto unchanged = [&] {
+    CHECK(attn.length(a) == P);
+    CHECK(attn.length(b) == P);
+    CHECK(attn.cache().free_pages() == 1);
+    attn.attend(ab, q2, out2);
+    CHECK(out2 == before);  // bit-identical: the cache is as it was
+  };
+  check_throws_with<CapacityError>([&] { attn.decode(ab, q2, {k.topRows(2), v.topRows(2)}, out2); },
+                                   "page pool exhausted: the 2 sequences of this call need 2 more page(s)");
+  unchanged();
+  // Single-sequence calls that need two pages with one free.
+  check_throws_with<CapacityError>([&] { attn.prefill(a, q, {k, v}, Mask::causal, out); }, "needs 2 more page(s)");
+  unchanged();
+  check_throws_with<CapacityError>([&] { attn.append(b, {k, v}); }, "needs 2 more page(s)");
+  unchanged();
+  // What fits still goes through: one sequence's decode takes the last page.
+  const int only_b[] = {b};
+  attn.decode(only_b, q2.topRows(1), {k.topRows(1), v.topRows(1)}, out2.topRows(1));
+  CHECK(attn.length(b) == P + 1);
+  CHECK(attn.cache().free_pages() == 0);
+}
+
+// The contiguous layouts give every sequence its own capacity: a batch in which a later sequence
+// is full is refused whole, the earlier ones included.
+TEST_CASE_TEMPLATE("capacity overflow part-way through a batch is refused before anything is written", L, Nhd, Hnd) {
+  Attention<Mha, L, exec::Reference> attn({2, 4}, {.max_sequences = 3, .capacity = 4, .poison_unused = true});
+  const int a = attn.open_sequence(), b = attn.open_sequence(), c = attn.open_sequence();
+  std::mt19937 rng(6);
+  RowMatrixXf q = random_matrix(4, 8, rng), k = random_matrix(4, 8, rng), v = random_matrix(4, 8, rng), out(4, 8);
+  attn.prefill(a, q.topRows(1), {k.topRows(1), v.topRows(1)}, Mask::causal, out.topRows(1));
+  attn.prefill(b, q.topRows(2), {k.topRows(2), v.topRows(2)}, Mask::causal, out.topRows(2));
+  attn.prefill(c, q, {k, v}, Mask::causal, out);  // full
+  const int abc[] = {a, b, c};
+  RowMatrixXf q3 = random_matrix(3, 8, rng), out3(3, 8), before(3, 8);
+  attn.attend(abc, q3, before);
+  check_throws_with<CapacityError>([&] { attn.decode(abc, q3, {k.topRows(3), v.topRows(3)}, out3); },
+                                   "sequence 2 holds 4 of 4 tokens; appending 1 would overflow");
+  CHECK(attn.length(a) == 1);
+  CHECK(attn.length(b) == 2);
+  CHECK(attn.length(c) == 4);
+  attn.attend(abc, q3, out3);
+  CHECK(out3 == before);
+}
+
 TEST_CASE("the dispatcher maps names to types and refuses anything else") {
   std::string picked;
   dispatch(PolicyChoice{"gqa", 2, "paged16", "reference"}, [&](auto type) { picked = decltype(type)::type::name(); });

@@ -8,6 +8,7 @@
 
 #include <polyattn/polyattn.hpp>
 
+#include "support/check_throws.hpp"
 #include "support/latent_oracle.hpp"
 #include "support/latent_scenarios.hpp"
 
@@ -115,6 +116,45 @@ TEST_CASE("Mtla with stride 1 opens a slot for every token (the reference code's
     CHECK(attn.length(seq) == i);
     CHECK(attn.cache_rows(seq) == i);
   }
+}
+
+// A batched decode checks the page pool for the whole batch before it writes (issue #11, bug 1):
+// with 2 tokens per row, a sequence holding an odd number of tokens merges its next token into its
+// open row (no new page) while one holding an even number opens a row (a page of one row).
+TEST_CASE("Mtla on a paged cache: a batch that needs more pages than are free changes nothing") {
+  using V = MtlaS<2>;
+  std::mt19937 rng(8);
+  const auto p = random_mtla_params<V>(kShape, rng);
+  Attention<V, Paged<1>, exec::Reference> attn(kShape, {.max_sequences = 3, .capacity = 4, .pool_pages = 4, .poison_unused = true}, p);
+  const int qw = V::query_width(kShape), ow = V::output_width(kShape);
+  const auto prefill = [&](int seq, int n) {
+    RowMatrixXf out(n, ow);
+    attn.prefill(seq, random_matrix(n, qw, rng), {random_matrix(n, V::rank, rng), random_matrix(n, V::rope_dim, rng)}, Mask::causal, out);
+  };
+  const int a = attn.open_sequence(), b = attn.open_sequence(), c = attn.open_sequence();
+  prefill(a, 1);  // row 0 half full: its next token needs no page
+  prefill(b, 2);  // row 0 full: its next token opens row 1
+  prefill(c, 2);
+  REQUIRE(attn.cache().free_pages() == 1);
+  const int abc[] = {a, b, c};
+  const RowMatrixXf q = random_matrix(3, qw, rng), lat = random_matrix(3, V::rank, rng), kr = random_matrix(3, V::rope_dim, rng);
+  RowMatrixXf before(3, ow), out(3, ow);
+  attn.attend(abc, q, before);
+  check_throws_with<CapacityError>([&] { attn.decode(abc, q, {lat, kr}, out); },
+                                   "page pool exhausted: the 3 sequences of this call need 2 more page(s)");
+  CHECK(attn.length(a) == 1);
+  CHECK(attn.length(b) == 2);
+  CHECK(attn.length(c) == 2);
+  CHECK(attn.cache().free_pages() == 1);
+  attn.attend(abc, q, out);
+  CHECK(out == before);  // a's open row was not merged into either
+  // a (no new row) and b (one) fit together.
+  const int ab[] = {a, b};
+  attn.decode(ab, q.topRows(2), {lat.topRows(2), kr.topRows(2)}, out.topRows(2));
+  CHECK(attn.length(a) == 2);
+  CHECK(attn.cache_rows(a) == 1);
+  CHECK(attn.cache_rows(b) == 2);
+  CHECK(attn.cache().free_pages() == 0);
 }
 
 namespace {

@@ -6,8 +6,10 @@
 //   prefill(seq, q, rows, mask, out)  append a chunk, then attend it: causal (decoder) or full
 //
 // q is (rows, Variant::query_width(shape)); out is (rows, Variant::output_width(shape)), the
-// concatenated heads before the output projection. Every call checks all of its inputs before
-// it writes anything, so a failed call leaves the cache as it was.
+// concatenated heads before the output projection. Every call checks all of its inputs, and the
+// room for everything it appends (capacity and page pool, for all of a batch's sequences
+// together), before it writes anything, so a failed call leaves the cache as it was. A call
+// with no rows (an empty batch, a prefill or append of no tokens) does nothing.
 //
 // Positions and lengths count tokens. For a variant that merges tokens into shared cache rows
 // (Variant::tokens_per_row > 1, e.g. Mtla) the store counts rows, ceil(tokens / tokens_per_row),
@@ -16,6 +18,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -162,7 +165,7 @@ class Attention {
   void append(int seq, const Rows& rows) {
     Variant::check_rows(shape_, params_, rows);
     const int n = Variant::row_count(rows);
-    check_room(seq, n);
+    check_room(std::span(&seq, 1), n);
     write(seq, rows, 0, n);
   }
 
@@ -180,7 +183,7 @@ class Attention {
     Variant::check_rows(shape_, params_, rows);
     require<ShapeError>(Variant::row_count(rows) == int(seqs.size()), "decode: ", seqs.size(), " sequences but ",
                         Variant::row_count(rows), " cache rows (one new token per sequence)");
-    for (int seq : seqs) check_room(seq, 1);
+    check_room(seqs, 1);
     jobs_.clear();
     for (std::size_t i = 0; i < seqs.size(); ++i) {
       write(seqs[i], rows, int(i), 1);
@@ -197,7 +200,7 @@ class Attention {
     Variant::check_rows(shape_, params_, rows);
     require<ShapeError>(Variant::row_count(rows) == n, "prefill: q has ", n, " rows but there are ", Variant::row_count(rows),
                         " cache rows");
-    check_room(seq, n);
+    check_room(std::span(&seq, 1), n);
     if constexpr (merges_tokens) {
       if (mask == Mask::causal) {  // token by token: query i sees the row its token just updated
         for (int i = 0; i < n; ++i) {
@@ -228,23 +231,34 @@ class Attention {
     return spec;
   }
 
-  /// Cache rows that `n` more tokens of `seq` add.
-  int new_rows(int seq, int n) const { return cache_rows_for(length(seq) + n) - store_.length(seq); }
+  /// Cache rows that `n` more tokens of `seq` add (0 or more; a variant that merges tokens
+  /// fills its last row first). In 64 bits: length + n may pass INT_MAX before it is refused.
+  std::int64_t new_rows(int seq, int n) const {
+    const std::int64_t rows = (std::int64_t(length(seq)) + n + Variant::tokens_per_row - 1) / Variant::tokens_per_row;
+    return rows - store_.length(seq);
+  }
 
-  void check_room(int seq, int n) const {
+  /// Checks that `n` more tokens fit in each of `seqs` (distinct: check_batch refuses repeats),
+  /// all together, before anything is written.
+  void check_room(std::span<const int> seqs, int n) {
     require<ShapeError>(n >= 0, "cannot append a negative number of tokens (", n, ")");
-    if constexpr (merges_tokens)
-      require<CapacityError>(new_rows(seq, n) <= store_.capacity() - store_.length(seq), "sequence ", seq, " holds ", length(seq),
-                             " tokens in ", store_.length(seq), " of ", store_.capacity(), " cache rows (", Variant::tokens_per_row,
-                             " tokens per row); appending ", n, " tokens would overflow its capacity");
-    store_.check_room(seq, new_rows(seq, n));
+    requests_.clear();
+    for (int seq : seqs) {
+      const std::int64_t rows = new_rows(seq, n);
+      if constexpr (merges_tokens)
+        require<CapacityError>(rows <= store_.capacity() - store_.length(seq), "sequence ", seq, " holds ", length(seq),
+                               " tokens in ", store_.length(seq), " of ", store_.capacity(), " cache rows (",
+                               Variant::tokens_per_row, " tokens per row); appending ", n, " tokens would overflow its capacity");
+      requests_.push_back({seq, int(rows)});
+    }
+    store_.check_room(requests_);
   }
 
   /// Writes rows [first_row, first_row + n) as the next tokens of `seq`; returns the position of
   /// the first one.
   int write(int seq, const Rows& rows, int first_row, int n) {
     const int pos = length(seq);
-    store_.grow(seq, new_rows(seq, n));
+    store_.grow(seq, int(new_rows(seq, n)));
     if constexpr (merges_tokens) tokens_[std::size_t(seq)] += n;
     Variant::write_rows(store_, seq, pos, shape_, params_, rows, first_row, n);
     return pos;
@@ -282,6 +296,7 @@ class Attention {
   Executor executor_;
   std::vector<int> tokens_;  // per sequence slot, when the variant merges tokens
   std::vector<QueryJob> jobs_;
+  std::vector<RowRequest> requests_;  // check_room's, kept to spare an allocation per decode
   AttendScratch<Variant> scratch_;  // for variants with query/output transforms or derived rows
 };
 

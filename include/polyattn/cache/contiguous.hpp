@@ -55,6 +55,9 @@ class ContiguousStore {
   int capacity() const { return table_.capacity(); }
   int max_sequences() const { return table_.max_sequences(); }
   void check_room(int seq, int n) const { table_.check_room(seq, n); }
+  void check_room(std::span<const RowRequest> requests) const {  // every sequence has its own capacity
+    for (const RowRequest& r : requests) table_.check_room(r.seq, r.rows);
+  }
   int grow(int seq, int n) { return table_.grow(seq, n); }
   std::span<const TensorSpec> tensors() const { return specs_; }
 

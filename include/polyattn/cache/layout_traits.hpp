@@ -5,6 +5,10 @@
 //   int  open();  void close(int seq);  int length(int seq) const;  bool is_open(int seq) const;
 //   std::uint64_t generation(int seq) const;  // stamp of this opening (tells reopen from growth)
 //   void check_room(int seq, int n) const;   // throws CapacityError, changes nothing
+//   void check_room(std::span<const RowRequest> requests) const;
+//                                            // the same for all of one call's growth at once: every
+//                                            // (seq, rows) fits together (for Paged: the pages all of
+//                                            // them need, against the free pool); each seq at most once
 //   int  grow(int seq, int n);               // reserves n tokens, returns the first position
 //   T*   row(int tensor, int seq, int token, int head);        // `dim` contiguous elements
 //   CacheRun<T> run(int tensor, int seq, int token, int head) const;  // rows from `token` on
@@ -12,12 +16,20 @@
 //
 // Within a row the `dim` elements are contiguous in every layout; layouts differ only in the
 // stride between consecutive tokens and where a run of such rows ends (a page boundary).
+// A call that writes several sequences (Attention::decode) checks all of them with one
+// check_room before it grows any, so that a failure leaves every sequence as it was.
 #pragma once
 
 #include <cstddef>
 #include <type_traits>
 
 namespace polyattn {
+
+/// Rows one call will add to one sequence (what check_room is asked about).
+struct RowRequest {
+  int seq = 0;
+  int rows = 0;
+};
 
 /// Consecutive cached rows of one (tensor, sequence, head): row i is at data + i * stride,
 /// valid for i < count (the end of the contiguous block, not the sequence length).

@@ -67,10 +67,25 @@ class CacheStore<Paged<PageSize>, T> {
   std::span<const TensorSpec> tensors() const { return specs_; }
 
   void check_room(int seq, int n) const {
-    table_.check_room(seq, n);
-    const int needed = pages_needed(seq, n);
-    require<CapacityError>(needed <= free_pages(), "page pool exhausted: sequence ", seq, " needs ", needed,
-                           " more page(s) of ", PageSize, " tokens, ", free_pages(), " of ", n_pages_, " are free");
+    const RowRequest request{seq, n};
+    check_room(std::span(&request, 1));
+  }
+
+  /// The pages every request needs, summed, against the free pool: growing the sequences one
+  /// after another must not run out part-way.
+  void check_room(std::span<const RowRequest> requests) const {
+    std::int64_t needed = 0;
+    for (const RowRequest& r : requests) {
+      table_.check_room(r.seq, r.rows);
+      needed += pages_needed(r.seq, r.rows);
+    }
+    if (needed <= free_pages()) return;
+    if (requests.size() == 1)
+      throw CapacityError(detail::concat("polyattn: page pool exhausted: sequence ", requests[0].seq, " needs ", needed,
+                                         " more page(s) of ", PageSize, " tokens, ", free_pages(), " of ", n_pages_, " are free"));
+    throw CapacityError(detail::concat("polyattn: page pool exhausted: the ", requests.size(), " sequences of this call need ",
+                                       needed, " more page(s) of ", PageSize, " tokens together, ", free_pages(), " of ", n_pages_,
+                                       " are free"));
   }
 
   int grow(int seq, int n) {

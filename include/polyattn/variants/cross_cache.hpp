@@ -21,6 +21,7 @@
 // output after W_o and b_o, whatever the option. Beams of one audio can share one sequence.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -166,6 +167,7 @@ class CrossAttention {
                         shape_.input_width(), " columns, got ", x.cols(), " and ", y.cols());
     Store& store = *stores_[kPerLayerStores ? std::size_t(layer) : 0];
     Executor& executor = *executors_[kExecutorPerStore ? std::size_t(layer) : 0];
+    check_cacheable(layer, seqs);
     for (int seq : seqs) ensure_cached(layer, seq);
     jobs_.clear();
     for (int seq : seqs) jobs_.push_back({seq, store.length(seq), nullptr, nullptr});
@@ -235,15 +237,29 @@ class CrossAttention {
     V::write_rows(store, seq, pos, shape_, params, rows, 0, n);
   }
 
-  /// Projects the pending encoder output into layer `layer`'s cache on its first use.
+  /// Checks, before layer `layer`'s first attend projects any of them, that every sequence of
+  /// `seqs` has its encoder output and that the layer's store has room for all of those it has
+  /// not cached yet (a paged pool is shared by them), so a failed attend caches nothing.
+  void check_cacheable(int layer, std::span<const int> seqs) {
+    const Store& store = *stores_[kPerLayerStores ? std::size_t(layer) : 0];
+    requests_.clear();
+    for (int seq : seqs) {
+      if (store.length(seq) > 0) continue;  // cached (length throws SequenceError for a sequence that is not open)
+      const Eigen::Index rows = kSharedE ? 0 : pending_[std::size_t(seq)].rows();
+      require<ShapeError>(rows > 0, "attend: sequence ", seq, " has no encoder output (set_encoder_output)");
+      if (std::none_of(requests_.begin(), requests_.end(), [&](const RowRequest& r) { return r.seq == seq; }))
+        requests_.push_back({seq, int(rows)});  // a sequence may repeat in seqs: once per sequence
+    }
+    store.check_room(requests_);
+  }
+
+  /// Projects the pending encoder output into layer `layer`'s cache on its first use (after
+  /// check_cacheable).
   void ensure_cached(int layer, int seq) {
-    if constexpr (kSharedE) {
-      require<ShapeError>(stores_[0]->length(seq) > 0, "attend: sequence ", seq, " has no encoder output (set_encoder_output)");
-    } else {
+    if constexpr (!kSharedE) {
       Store& store = *stores_[kPerLayerStores ? std::size_t(layer) : 0];
       if (store.length(seq) > 0) return;
       const RowMatrixXf& e = pending_[std::size_t(seq)];
-      require<ShapeError>(e.rows() > 0, "attend: sequence ", seq, " has no encoder output (set_encoder_output)");
       const Layer& w = layers_[kPerLayerStores ? std::size_t(layer) : 0];
       if constexpr (kBaseline) {
         RowMatrixXf k = e * w.w_k, v = e * w.w_v;
@@ -276,6 +292,7 @@ class CrossAttention {
   std::vector<RowMatrixXf> pending_;  // per sequence slot: E until every layer has projected it
   std::vector<SlimKReport> reports_;
   std::vector<QueryJob> jobs_;
+  std::vector<RowRequest> requests_;  // check_cacheable's
   RowMatrixXf query_, heads_;
   std::tuple<AttendScratch<Mha>, AttendScratch<SlimK2>, AttendScratch<XCache>> scratch_;
 };
