@@ -6,7 +6,10 @@
 
 #include <polyattn/polyattn.hpp>
 
+#include "support/check_throws.hpp"
+
 using namespace polyattn;
+using polyattn::testing::check_throws_with;
 
 // Bytes per token are known at compile time: Whisper tiny's decoder (6 heads of 64).
 static_assert(Attention<Mha, Nhd, exec::CpuSimd>::cache_bytes_per_token({6, 64}) == 2 * 6 * 64 * 4);
@@ -94,4 +97,17 @@ TEST_CASE_TEMPLATE("a reopened slot has a new generation, a grown one keeps its 
   CHECK_THROWS_AS(store.generation(a), SequenceError);
   CHECK(store.open() == a);  // the same slot ...
   CHECK(store.generation(a) != first);  // ... opened again
+}
+
+// Issue #11, bug 6: a buffer's element count (sequences x capacity, or pages x page size, times a
+// row's elements) was multiplied in size_t unchecked; 2^64 wrapped to an empty buffer that later
+// writes would overrun. Now it is refused before anything is allocated.
+TEST_CASE("cache buffers beyond what memory can address are refused before allocation") {
+  const std::vector<TensorSpec> wide{{1 << 16, 1 << 16}};  // 2^32 elements per token
+  check_throws_with<ShapeError>([&] { CacheStore<Nhd, float>(wide, {.max_sequences = 1 << 16, .capacity = 1 << 16}); },
+                                "(65536 heads x 65536) for 4294967296 token slots");
+  check_throws_with<ShapeError>([&] { CacheStore<Hnd, float>(wide, {.max_sequences = 1 << 16, .capacity = 1 << 16}); },
+                                "for 4294967296 token slots");
+  check_throws_with<ShapeError>([&] { CacheStore<Paged<256>, float>(wide, {.max_sequences = 1, .capacity = 16, .pool_pages = 1 << 24}); },
+                                "for 4294967296 token slots");
 }

@@ -132,6 +132,29 @@ TEST_CASE_TEMPLATE("capacity overflow part-way through a batch is refused before
   CHECK(out3 == before);
 }
 
+TEST_CASE("a cache configuration out of range is rejected naming the value") {
+  using A = Attention<Mha, Nhd, exec::Reference>;
+  using P = Attention<Mha, Paged<16>, exec::Reference>;
+  check_throws_with<ShapeError>([] { A({2, 4}, {.max_sequences = 1, .capacity = 0}); }, "CacheConfig.capacity must be >= 1, got 0");
+  check_throws_with<ShapeError>([] { P({2, 4}, {.max_sequences = 1, .capacity = -5}); }, "CacheConfig.capacity must be >= 1, got -5");
+  check_throws_with<ShapeError>([] { A({2, 4}, {.max_sequences = 0}); }, "CacheConfig.max_sequences must be >= 1, got 0");
+  // A negative count used to size the store's tables before it was checked (std::length_error).
+  check_throws_with<ShapeError>([] { A({2, 4}, {.max_sequences = -1}); }, "CacheConfig.max_sequences must be >= 1, got -1");
+  check_throws_with<ShapeError>([] { P({2, 4}, {.max_sequences = -3}); }, "CacheConfig.max_sequences must be >= 1, got -3");
+  check_throws_with<ShapeError>([] { P({2, 4}, {.max_sequences = 1, .capacity = 8, .pool_pages = -1}); },
+                                "CacheConfig.pool_pages must be >= 0, got -1");
+}
+
+// Issue #11, bug 6: Paged<P> sized its default pool as int arithmetic (capacity + P - 1, then
+// max_sequences * pages_per_seq), which overflowed before anything checked it.
+TEST_CASE("a default page pool beyond int range is a clear error") {
+  using P = Attention<Mha, Paged<16>, exec::Reference>;
+  check_throws_with<ShapeError>([] { P({1, 1}, {.max_sequences = 16, .capacity = 2147483647}); },
+                                "16 sequences x 134217728 pages of 16 tokens (capacity 2147483647) = 2147483648 pages, more than 2147483647");
+  check_throws_with<ShapeError>([] { P({1, 1}, {.max_sequences = 40000, .capacity = 1 << 20}); },
+                                "40000 sequences x 65536 pages of 16 tokens (capacity 1048576) = 2621440000 pages, more than 2147483647");
+}
+
 TEST_CASE("the dispatcher maps names to types and refuses anything else") {
   std::string picked;
   dispatch(PolicyChoice{"gqa", 2, "paged16", "reference"}, [&](auto type) { picked = decltype(type)::type::name(); });

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "polyattn/cache/buffer_size.hpp"
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/cache/sequence_table.hpp"
 #include "polyattn/core/shape.hpp"
@@ -35,8 +36,8 @@ class ContiguousStore {
       require<ShapeError>(spec.heads >= 1 && spec.dim >= 1, "cache tensor shape must be positive, got (",
                           spec.heads, ", ", spec.dim, ")");
       specs_.push_back(spec);
-      data_.emplace_back(std::size_t(config.max_sequences) * std::size_t(config.capacity) * spec.elements(),
-                         fill_value());
+      const std::uint64_t slots = std::uint64_t(config.max_sequences) * std::uint64_t(config.capacity);  // both in [1, 2^31)
+      data_.emplace_back(detail::cache_buffer_elements<T>(slots, spec), fill_value());
     }
   }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "polyattn/cache/buffer_size.hpp"
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/cache/sequence_table.hpp"
 #include "polyattn/core/shape.hpp"
@@ -29,15 +30,15 @@ template <int PageSize, class T>
 class CacheStore<Paged<PageSize>, T> {
  public:
   CacheStore(std::span<const TensorSpec> tensors, const CacheConfig& config)
-      : table_(config.max_sequences, config.capacity), poison_(config.poison_unused), page_table_(std::size_t(config.max_sequences)) {
-    const int pages_per_seq = (config.capacity + PageSize - 1) / PageSize;
-    n_pages_ = config.pool_pages > 0 ? config.pool_pages : config.max_sequences * pages_per_seq;
-    require<ShapeError>(config.pool_pages >= 0, "CacheConfig.pool_pages must be >= 0, got ", config.pool_pages);
+      : table_(config.max_sequences, config.capacity),
+        poison_(config.poison_unused),
+        n_pages_(pool_size(config)),
+        page_table_(std::size_t(config.max_sequences)) {
     for (const TensorSpec& spec : tensors) {
       require<ShapeError>(spec.heads >= 1 && spec.dim >= 1, "cache tensor shape must be positive, got (",
                           spec.heads, ", ", spec.dim, ")");
       specs_.push_back(spec);
-      pool_.emplace_back(std::size_t(n_pages_) * PageSize * spec.elements(), fill_value());
+      pool_.emplace_back(detail::cache_buffer_elements<T>(std::uint64_t(n_pages_) * PageSize, spec), fill_value());
     }
     free_pages_.reserve(std::size_t(n_pages_));
     for (int p = n_pages_ - 1; p >= 0; --p) free_pages_.push_back(p);  // hand out page 0 first
@@ -64,6 +65,8 @@ class CacheStore<Paged<PageSize>, T> {
   int max_sequences() const { return table_.max_sequences(); }
   int free_pages() const { return int(free_pages_.size()); }
   int pool_pages() const { return n_pages_; }
+  /// Pages a sequence at full capacity holds (the length of a page table).
+  int pages_per_sequence() const { return int(pages_for(capacity())); }
   std::span<const TensorSpec> tensors() const { return specs_; }
 
   void check_room(int seq, int n) const {
@@ -123,10 +126,27 @@ class CacheStore<Paged<PageSize>, T> {
  private:
   T fill_value() const { return poison_ ? std::numeric_limits<T>::quiet_NaN() : T(0); }
 
+  /// Pages that hold `tokens` tokens; in 64 bits, as tokens + PageSize - 1 may pass INT_MAX.
+  static std::int64_t pages_for(std::int64_t tokens) { return (tokens + PageSize - 1) / PageSize; }
+
+  /// Pages in the pool: config.pool_pages, or by default enough for every sequence at full
+  /// capacity, refused beyond int (pages are numbered by int). After table_ checked the config.
+  static int pool_size(const CacheConfig& config) {
+    require<ShapeError>(config.pool_pages >= 0, "CacheConfig.pool_pages must be >= 0, got ", config.pool_pages);
+    if (config.pool_pages > 0) return config.pool_pages;
+    const std::int64_t per_sequence = pages_for(config.capacity);
+    const std::int64_t pages = std::int64_t(config.max_sequences) * per_sequence;
+    require<ShapeError>(pages <= std::numeric_limits<int>::max(), "Paged<", PageSize, ">: the default pool of ", config.max_sequences,
+                        " sequences x ", per_sequence, " pages of ", PageSize, " tokens (capacity ", config.capacity, ") = ", pages,
+                        " pages, more than ", std::numeric_limits<int>::max(),
+                        "; set CacheConfig.pool_pages, or lower max_sequences or capacity");
+    return int(pages);
+  }
+
+  /// Pages `n` more tokens of `seq` take from the pool (after table_.check_room(seq, n)).
   int pages_needed(int seq, int n) const {
-    const int have = int(page_table_[std::size_t(seq)].size());
-    const int want = (table_.length(seq) + n + PageSize - 1) / PageSize;
-    return std::max(0, want - have);
+    const std::int64_t have = std::int64_t(page_table_[std::size_t(seq)].size());
+    return int(std::max<std::int64_t>(0, pages_for(std::int64_t(table_.length(seq)) + n) - have));
   }
 
   std::size_t page_offset(std::size_t tensor, int page) const { return std::size_t(page) * PageSize * specs_[tensor].elements(); }

@@ -2,6 +2,7 @@
 // holds, and the capacity checks. Checks never modify state, so a failed append loses nothing.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -12,10 +13,7 @@ namespace polyattn {
 class SequenceTable {
  public:
   SequenceTable(int max_sequences, int capacity)
-      : capacity_(capacity), length_(std::size_t(max_sequences), kClosed), generation_(std::size_t(max_sequences), 0) {
-    require<ShapeError>(max_sequences >= 1, "CacheConfig.max_sequences must be >= 1, got ", max_sequences);
-    require<ShapeError>(capacity >= 1, "CacheConfig.capacity must be >= 1, got ", capacity);
-  }
+      : capacity_(capacity), length_(checked_slots(max_sequences, capacity), kClosed), generation_(length_.size(), 0) {}
 
   int max_sequences() const { return int(length_.size()); }
   int capacity() const { return capacity_; }
@@ -73,6 +71,13 @@ class SequenceTable {
   }
 
  private:
+  /// Sequence slots, once both values are checked (before anything is sized by them).
+  static std::size_t checked_slots(int max_sequences, int capacity) {
+    require<ShapeError>(max_sequences >= 1, "CacheConfig.max_sequences must be >= 1, got ", max_sequences);
+    require<ShapeError>(capacity >= 1, "CacheConfig.capacity must be >= 1, got ", capacity);
+    return std::size_t(max_sequences);
+  }
+
   static constexpr int kClosed = -1;
   int capacity_;
   std::vector<int> length_;

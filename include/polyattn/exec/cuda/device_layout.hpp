@@ -77,7 +77,6 @@ DeviceGeometry base_geometry(const Store& store, bool paged, int page_size, int 
   g.page_size = page_size;
   g.pages = pages;
   g.max_sequences = store.max_sequences();
-  g.pages_per_seq = paged ? (store.capacity() + page_size - 1) / page_size : 1;
   g.tensors.assign(store.tensors().begin(), store.tensors().end());
   require<ShapeError>(int(g.tensors.size()) <= kMaxCachedTensors, "the CUDA executor handles at most ", kMaxCachedTensors,
                       " cached tensors, the variant caches ", g.tensors.size());
@@ -116,6 +115,7 @@ DeviceGeometry device_geometry(const CacheStore<Hnd, T>& store) {
 template <int P, class T>
 DeviceGeometry device_geometry(const CacheStore<Paged<P>, T>& store) {
   DeviceGeometry g = detail::base_geometry(store, true, P, store.pool_pages());
+  g.pages_per_seq = store.pages_per_sequence();
   for (const TensorSpec& s : g.tensors) g.strides.push_back({std::int64_t(P) * s.heads * s.dim, std::int64_t(s.heads) * s.dim, s.dim});
   return g;
 }
