@@ -2,15 +2,61 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <random>
 #include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <polyattn/core/online_softmax.hpp>
 #include <polyattn/core/thread_pool.hpp>
 
 using namespace polyattn;
+
+namespace {
+
+/// Runs f; a call still running after `seconds` is a deadlock: say so and end the process
+/// (a deadlocked thread can be neither joined nor cancelled).
+template <class F>
+void within_deadline(int seconds, const char* what, F&& f) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(m);
+    if (!cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return done; })) {
+      std::fprintf(stderr, "deadlock: %s did not return within %d s\n", what, seconds);
+      std::_Exit(1);
+    }
+  });
+  try {
+    f();
+  } catch (...) {
+    {
+      std::lock_guard lock(m);
+      done = true;
+    }
+    cv.notify_one();
+    watchdog.join();
+    throw;
+  }
+  {
+    std::lock_guard lock(m);
+    done = true;
+  }
+  cv.notify_one();
+  watchdog.join();
+}
+
+}  // namespace
 
 TEST_CASE("merging softmax chunks in any split equals one pass") {
   std::mt19937 rng(11);
@@ -71,4 +117,92 @@ TEST_CASE("the thread pool runs every task once and propagates exceptions") {
     CHECK(count == 5);
   }
   CHECK_THROWS_AS(ThreadPool(-1), ShapeError);
+}
+
+// Issue #11, bug 5: the inline path (one thread, or one task) stopped at the first exception,
+// although the remaining tasks are documented to run.
+TEST_CASE("the inline path runs every task and rethrows the first exception") {
+  for (auto [threads, n] : {std::pair{1, 10}, std::pair{3, 1}}) {
+    ThreadPool pool(threads);
+    std::vector<int> hits(std::size_t(n), 0);
+    CHECK_THROWS_WITH_AS(pool.parallel_for(n, [&](int i) {
+      ++hits[std::size_t(i)];
+      if (i % 4 == 0) throw std::runtime_error("task " + std::to_string(i) + " failed");
+    }),
+                         "task 0 failed", std::runtime_error);
+    for (int h : hits) CHECK(h == 1);
+  }
+}
+
+// Issue #11, bug 5: a task that called parallel_for on its own pool waited for the pool's one
+// call at a time, held by the call that ran the task: a deadlock. Nested calls run inline.
+TEST_CASE("parallel_for from inside a task of the same pool runs the inner tasks inline") {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> hits(8 * 5);
+    std::atomic<int> elsewhere{0};
+    within_deadline(60, "a nested parallel_for", [&] {
+      pool.parallel_for(8, [&](int i) {
+        const auto me = std::this_thread::get_id();
+        pool.parallel_for(5, [&](int j) {
+          if (std::this_thread::get_id() != me) elsewhere++;  // inline: on the thread of the outer task
+          hits[std::size_t(i * 5 + j)]++;
+        });
+      });
+    });
+    for (auto& h : hits) CHECK(h.load() == 1);
+    CHECK(elsewhere.load() == 0);
+    // An exception of an inner task reaches the outer call; the pool stays usable.
+    within_deadline(60, "a nested parallel_for that throws", [&] {
+      CHECK_THROWS_WITH_AS(pool.parallel_for(4, [&](int) {
+        pool.parallel_for(3, [](int j) { if (j == 1) throw std::runtime_error("inner task failed"); });
+      }),
+                           "inner task failed", std::runtime_error);
+    });
+    std::atomic<int> count{0};
+    pool.parallel_for(7, [&](int) { count++; });
+    CHECK(count.load() == 7);
+  }
+}
+
+TEST_CASE("two threads that share a pool take turns") {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(2 * 200);
+  within_deadline(60, "two callers of one pool", [&] {
+    std::thread other([&] {
+      for (int round = 0; round < 20; ++round) pool.parallel_for(10, [&](int i) { hits[std::size_t(200 + round * 10 + i)]++; });
+    });
+    for (int round = 0; round < 20; ++round) pool.parallel_for(10, [&](int i) { hits[std::size_t(round * 10 + i)]++; });
+    other.join();
+  });
+  for (auto& h : hits) CHECK(h.load() == 1);
+}
+
+// Issue #11, bug 5: a worker thread that failed to start left the started ones joinable in a
+// half-built pool, and std::thread's destructor called std::terminate. Now they are stopped and
+// joined and the constructor throws polyattn::Error. The seam starts threads as std::thread
+// does, and fails the third time as std::thread does when the system has no more threads.
+TEST_CASE("a worker thread that fails to start stops the others and throws polyattn::Error") {
+  std::atomic<int> started{0}, finished{0};
+  int calls = 0;
+  const ThreadPool::StartThread start_third_fails = [&](std::function<void()> body) {
+    if (++calls == 3) throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again), "thread creation");
+    return std::thread([&, body = std::move(body)] {
+      started++;
+      body();
+      finished++;
+    });
+  };
+  try {
+    ThreadPool pool(5, start_third_fails);
+    FAIL("the constructor should have thrown");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("could not start worker thread 3 of 4") != std::string::npos);
+    CHECK(what.find("thread creation") != std::string::npos);  // the system's reason
+  }
+  CHECK(calls == 3);
+  CHECK(started.load() == 2);
+  CHECK(finished.load() == 2);  // both started workers were stopped and joined
 }

@@ -4,6 +4,10 @@
 // consumer, OpenMP's pool is global so two Attention objects cannot use different thread
 // counts, and it fights Eigen's own OpenMP GEMM threading in applications that use both.
 // This pool is per executor, needs only <thread>, and the calling thread does work too.
+//
+// One parallel_for runs at a time per pool (callers on other threads wait their turn). A task
+// that calls parallel_for on the pool running it gets its inner tasks run inline, on its own
+// thread: the pool's threads are all busy with the outer call, and waiting for them would never end.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +17,9 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "polyattn/core/error.hpp"
@@ -22,34 +28,42 @@ namespace polyattn {
 
 class ThreadPool {
  public:
+  /// Starts a thread that runs `body`. The default is std::thread, which throws std::system_error
+  /// when the system cannot create another thread; tests pass one that fails on purpose.
+  using StartThread = std::function<std::thread(std::function<void()> body)>;
+
   /// `threads` counts the caller: 1 runs everything inline; 0 means hardware_concurrency().
-  explicit ThreadPool(int threads = 0) {
+  /// Throws polyattn::Error, with every worker it started stopped and joined, when a worker
+  /// thread cannot be started.
+  explicit ThreadPool(int threads = 0, const StartThread& start_thread = start_std_thread) {
     require<ShapeError>(threads >= 0, "ThreadPool: threads must be >= 0, got ", threads);
     if (threads == 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
     size_ = threads;
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+    workers_.reserve(std::size_t(threads - 1));
+    for (int i = 1; i < threads; ++i) {
+      try {
+        workers_.push_back(start_thread([this] { worker_loop(); }));
+      } catch (...) {
+        stop_workers();  // joinable threads left in workers_ would call std::terminate
+        throw Error(detail::concat("polyattn: ThreadPool: could not start worker thread ", i, " of ", threads - 1, " (for ",
+                                   threads, " threads): ", what(std::current_exception())));
+      }
+    }
   }
 
-  ~ThreadPool() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (auto& w : workers_) w.join();
-  }
+  ~ThreadPool() { stop_workers(); }
 
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return size_; }
 
-  /// Runs task(i) for i in [0, n), spread over the pool; returns when all are done. The first
-  /// exception thrown by a task is rethrown here (remaining tasks still run to completion).
+  /// Runs task(i) for i in [0, n), spread over the pool; returns when all are done. Every task
+  /// runs even when some throw; the first exception thrown is rethrown here.
   void parallel_for(int n, const std::function<void(int)>& task) {
     if (n <= 0) return;
-    if (size_ == 1 || n == 1) {
-      for (int i = 0; i < n; ++i) task(i);
+    if (size_ == 1 || n == 1 || running_here_ == this) {
+      run_inline(n, task);
       return;
     }
     std::unique_lock call_lock(call_mutex_);  // one parallel_for at a time per pool
@@ -67,11 +81,49 @@ class ThreadPool {
     std::unique_lock lock(mutex_);
     done_.wait(lock, [this] { return busy_workers_ == 0; });
     task_ = nullptr;
-    if (error_) std::rethrow_exception(error_);
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
 
  private:
+  static std::thread start_std_thread(std::function<void()> body) { return std::thread(std::move(body)); }
+
+  static std::string what(const std::exception_ptr& error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      return e.what();
+    } catch (...) {
+      return "an exception not derived from std::exception";
+    }
+  }
+
+  /// Marks the calling thread as running tasks of this pool for the scope (nested calls run inline).
+  class RunningHere {
+   public:
+    explicit RunningHere(const ThreadPool* pool) : previous_(std::exchange(running_here_, pool)) {}
+    ~RunningHere() { running_here_ = previous_; }
+    RunningHere(const RunningHere&) = delete;
+    RunningHere& operator=(const RunningHere&) = delete;
+
+   private:
+    const ThreadPool* previous_;
+  };
+
+  void run_inline(int n, const std::function<void(int)>& task) {
+    const RunningHere here(this);
+    std::exception_ptr first;
+    for (int i = 0; i < n; ++i) {
+      try {
+        task(i);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  }
+
   void run_tasks() {
+    const RunningHere here(this);
     for (int i = next_.fetch_add(1); i < n_tasks_; i = next_.fetch_add(1)) {
       try {
         (*task_)(i);
@@ -99,6 +151,19 @@ class ThreadPool {
       done_.notify_one();
     }
   }
+
+  void stop_workers() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+  }
+
+  /// The pool whose tasks the calling thread is running, if any.
+  static inline thread_local const ThreadPool* running_here_ = nullptr;
 
   int size_ = 1;
   std::vector<std::thread> workers_;
