@@ -8,8 +8,6 @@
 #include <cmath>
 #include <type_traits>
 
-#include <Eigen/SVD>
-
 #include <polyattn/core/matrix.hpp>
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
@@ -58,7 +56,6 @@ double executor_tolerance(const LayerModel& m, const Script& s, int tokens) {
     r += step.rows();
   }
   const double eps = 0x1p-24, scale = 1.0 / std::sqrt(double(shape.head_dim));
-  const auto sigma_max = [](const RowMatrixXf& a) { return Eigen::JacobiSVD<Eigen::MatrixXd>(a.cast<double>()).singularValues()(0); };
   int dk = 0, w = 0;
   double q_norm = 0, k_norm = 0, v_norm = 0, map_norm = 0, map_column = 0, bias = 0;
   if constexpr (std::is_same_v<V, XCache>) {
@@ -67,7 +64,7 @@ double executor_tolerance(const LayerModel& m, const Script& s, int tokens) {
     dk = w = d;
     q_norm = max_slice_norm(q, d);
     k_norm = v_norm = max_slice_norm(x, d);  // the cache holds x, for keys and values
-    for (int h = 0; h < shape.n_heads; ++h) map_norm = std::max(map_norm, sigma_max(m.xcache.w_v.middleCols(h * shape.head_dim, shape.head_dim)));
+    for (int h = 0; h < shape.n_heads; ++h) map_norm = std::max(map_norm, spectral_norm(m.xcache.w_v.middleCols(h * shape.head_dim, shape.head_dim)));
     map_column = max_column_norm(m.xcache.w_v);
     bias = m.xcache.b_v.size() ? double(m.xcache.b_v.norm()) : 0.0;
   } else {
@@ -80,7 +77,7 @@ double executor_tolerance(const LayerModel& m, const Script& s, int tokens) {
     q_norm = max_slice_norm(q, dk);
     k_norm = max_slice_norm(k, dk);  // head h's slice of the cached key row
     v_norm = max_slice_norm(k, e);   // K-only: the values are whole key rows
-    for (int h = 0; h < shape.n_heads; ++h) map_norm = std::max(map_norm, sigma_max(m.slim.w_kv.middleCols(h * shape.head_dim, shape.head_dim)));
+    for (int h = 0; h < shape.n_heads; ++h) map_norm = std::max(map_norm, spectral_norm(m.slim.w_kv.middleCols(h * shape.head_dim, shape.head_dim)));
     map_column = max_column_norm(m.slim.w_kv);
   }
   const double ds = (dk / 8.0 + 16) * eps * scale * q_norm * k_norm;

@@ -8,8 +8,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <Eigen/QR>
-
 #include <polyattn/attention.hpp>
 #include <polyattn/convert/mha_weights.hpp>
 #include <polyattn/convert/slim_k.hpp>
@@ -20,25 +18,24 @@
 
 #include "support/dense_oracle.hpp"
 
+// The decompositions behind these helpers and behind convert_to_slim_k (Eigen's LU, QR and SVD
+// in double) were most of every test translation unit's compile time: they are compiled once,
+// in support/decompositions.cpp, and every test links that object.
+extern template polyattn::SlimKWeights polyattn::convert_to_slim_k<float>(const polyattn::MhaWeights&,
+                                                                         const polyattn::SlimKOptions&);
+extern template polyattn::SlimKWeights polyattn::convert_to_slim_k<double>(const polyattn::MhaWeights&,
+                                                                          const polyattn::SlimKOptions&);
+extern template polyattn::SlimKWeights polyattn::convert_to_slim_k<Eigen::half>(const polyattn::MhaWeights&,
+                                                                               const polyattn::SlimKOptions&);
+
 namespace polyattn::testing {
 
-inline Eigen::MatrixXd random_orthogonal(int n, std::mt19937& rng) {
-  std::normal_distribution<double> dist;
-  Eigen::MatrixXd g(n, n);
-  for (Eigen::Index i = 0; i < g.size(); ++i) g.data()[i] = dist(rng);
-  return Eigen::HouseholderQR<Eigen::MatrixXd>(g).householderQ();
-}
+/// A random n x n orthogonal matrix (Q of a Gaussian matrix's QR).
+Eigen::MatrixXd random_orthogonal(int n, std::mt19937& rng);
 
 /// (rows, cols) with min(rows, cols) singular values log-spaced from `largest` down to
 /// largest / cond: U diag(sigma) V^T, U and V random orthogonal. cond = inf gives a zero one.
-inline RowMatrixXf matrix_with_condition(int rows, int cols, double cond, double largest, std::mt19937& rng) {
-  const int k = std::min(rows, cols);
-  const Eigen::MatrixXd u = random_orthogonal(rows, rng), v = random_orthogonal(cols, rng);
-  Eigen::VectorXd sigma(k);
-  for (int i = 0; i < k; ++i)
-    sigma(i) = std::isinf(cond) ? (i == k - 1 ? 0.0 : largest) : largest * std::pow(cond, -double(i) / std::max(1, k - 1));
-  return (u.leftCols(k) * sigma.asDiagonal() * v.leftCols(k).transpose()).cast<float>();
-}
+RowMatrixXf matrix_with_condition(int rows, int cols, double cond, double largest, std::mt19937& rng);
 
 /// A random MHA layer of input width d and e = n_heads * head_dim, entries ~ 1/sqrt(d), with
 /// cond(W_k) = cond_k (sigma_max(W_k) = 1).
@@ -58,9 +55,8 @@ inline MhaWeights random_mha_weights(int d, int e, double cond_k, std::mt19937& 
   return w;
 }
 
-inline double spectral_norm(const RowMatrixXf& m) {
-  return Eigen::JacobiSVD<Eigen::MatrixXd>(m.cast<double>()).singularValues()(0);
-}
+/// sigma_max(m), the largest singular value.
+double spectral_norm(const RowMatrixXf& m);
 
 /// The script's inputs: x for two sequences' prefills and for the decode steps (batch of 2).
 struct Script {
