@@ -6,8 +6,10 @@
 // (one tensor for keys and values, column offsets, groups wider than a block's tile, rows wider
 // than 256 and 1024). The cross-attention cache options (baseline, K-only, E-cache, hybrid) run
 // the CPU executors' scenario (support/cross_scenarios.hpp). 16-bit caches (half, bfloat16)
-// against float caches of pre-rounded rows and against Reference. Not on Cuda: variants that derive rows at attend time (SlimK option 1,
-// SlimK with RoPE), refused at compile time (attention.hpp).
+// against float caches of pre-rounded rows and against Reference. Scores at their limits (-inf,
+// overflow, no visible token; support/attend_limits.hpp) as on the CPU executors. Not on Cuda:
+// variants that derive rows at attend time (SlimK option 1, SlimK with RoPE), refused at compile
+// time (attention.hpp).
 // Without a CUDA device the GPU cases are skipped with a message; the host-only cases still run.
 #include <doctest/doctest.h>
 
@@ -28,6 +30,7 @@
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 
+#include "support/attend_limits.hpp"
 #include "support/cross_scenarios.hpp"
 #include "support/cuda_device.hpp"
 #include "support/dense_oracle.hpp"
@@ -74,6 +77,12 @@ TEST_CASE_TEMPLATE("cuda: encoder prefill (full mask) and cross-attention attend
 TEST_CASE_TEMPLATE("cuda: a closed sequence's slot is reused without reading its old rows" * doctest::skip(kNoDevice), C,
                    POLYATTN_CUDA_COMBOS) {
   reopened_slot_scenario<typename C::type>();
+}
+
+// The attend primitive at the limits of its scores (core/attend.hpp): the CPU executors' cases.
+TEST_CASE_TEMPLATE("cuda: -inf, overflowing and huge scores give the same limits as on the CPU" * doctest::skip(kNoDevice), Layout,
+                   Nhd, Paged<7>) {
+  attend_limits_scenario<Layout, exec::Cuda>(0);
 }
 
 // ---- Variants with host-side hooks around the device attend ------------------------------------
