@@ -61,3 +61,24 @@ TEST_CASE_TEMPLATE("a 16-bit cache rounds rows once on write and reads them back
   check_16_bit_cache<T, Hnd>();
   check_16_bit_cache<T, Paged<4>>();
 }
+
+// T = double (Reference only: CpuSimd refuses it at compile time): float inputs are exact in
+// double, and Reference accumulates in double whatever T is, so a double cache gives bit for bit
+// what a float cache gives, in twice the bytes. Against the dense double oracle: Reference scales
+// scores by the spec's float(1/sqrt(8)), the oracle by 1/sqrt(8), so scores differ by at most
+// |s| 2^-24 <= sqrt(8) 2^-24 (|q.k| <= 8 for entries in [-1, 1]), which moves an output (a convex
+// combination of values in [-1, 1]) by at most twice that; plus one rounding to float each side.
+TEST_CASE_TEMPLATE("a double cache runs on the Reference executor and equals the float cache", Layout, Nhd, Hnd, Paged<4>) {
+  const RoundedCacheInputs in(7);
+  Attention<Gqa<2>, Layout, exec::Reference, double> wide(in.shape, in.config);
+  Attention<Gqa<2>, Layout, exec::Reference, float> narrow(in.shape, in.config);
+  const RowMatrixXf k = in.k.leftCols(16), v = in.v.leftCols(16);  // 2 KV heads of 8
+  const RowMatrixXf y = prefill_then_decode(wide, in.q, k, v);
+  CHECK(y == prefill_then_decode(narrow, in.q, k, v));
+  CHECK(wide.cache_bytes_allocated() == 2 * narrow.cache_bytes_allocated());
+  RowMatrixXf expected(in.q.rows(), in.q.cols());
+  expected.topRows(9) = dense_attention(in.q.topRows(9), k.topRows(9), v.topRows(9), 4, 2, true, 0);
+  for (Eigen::Index t = 9; t < in.q.rows(); ++t)
+    expected.row(t) = dense_attention(in.q.row(t), k.topRows(t + 1), v.topRows(t + 1), 4, 2, false, 0);
+  CHECK(max_abs_diff(y, expected) <= (2 * std::sqrt(8.0) + 2) * 0x1p-24);
+}

@@ -132,6 +132,56 @@ TEST_CASE_TEMPLATE("capacity overflow part-way through a batch is refused before
   CHECK(out3 == before);
 }
 
+TEST_CASE("row counts that do not match the batch are rejected and change nothing") {
+  Attention<Mha, Paged<4>, exec::CpuSimd> attn({2, 4}, {.max_sequences = 2, .capacity = 8, .poison_unused = true}, {}, 1);
+  const int a = attn.open_sequence(), b = attn.open_sequence();
+  std::mt19937 rng(9);
+  RowMatrixXf q = random_matrix(2, 8, rng), k = random_matrix(2, 8, rng), v = random_matrix(2, 8, rng), out(2, 8);
+  attn.append(a, {k, v});
+  attn.append(b, {k, v});
+  const int ab[] = {a, b};
+  RowMatrixXf before(2, 8);
+  attn.attend(ab, q, before);
+  check_throws_with<ShapeError>([&] { attn.decode(ab, q, {k.topRows(1), v.topRows(1)}, out); },
+                                "decode: 2 sequences but 1 cache rows (one new token per sequence)");
+  check_throws_with<ShapeError>([&] { attn.decode(ab, q.topRows(1), {k, v}, out); }, "decode: 2 sequences but q has 1 rows");
+  check_throws_with<ShapeError>([&] { attn.decode(ab, q, {k, v}, out.topRows(1)); }, "decode: 2 sequences but out has 1 rows");
+  check_throws_with<ShapeError>([&] { attn.attend(ab, q.topRows(1), out); }, "attend: 2 sequences but q has 1 rows");
+  check_throws_with<ShapeError>([&] { attn.append(a, {k, v.topRows(1)}); }, "k has 2 rows but v has 1");
+  CHECK(attn.length(a) == 2);
+  CHECK(attn.length(b) == 2);
+  attn.attend(ab, q, out);
+  CHECK(out == before);
+}
+
+// A call with no rows (an empty batch, a prefill or append of no tokens) is valid and does nothing.
+TEST_CASE_TEMPLATE("calls with zero rows change nothing", L, Nhd, Paged<4>) {
+  Attention<Gqa<2>, L, exec::CpuSimd> attn({4, 4}, {.max_sequences = 2, .capacity = 8, .poison_unused = true}, {}, 2);
+  const int a = attn.open_sequence();
+  std::mt19937 rng(10);
+  RowMatrixXf q = random_matrix(3, 16, rng), k = random_matrix(3, 8, rng), v = random_matrix(3, 8, rng), out(3, 16);
+  attn.prefill(a, q, {k, v}, Mask::causal, out);
+  const std::size_t allocated = attn.cache_bytes_allocated();
+  RowMatrixXf none_q(0, 16), none_kv(0, 8), none_out(0, 16);
+  attn.prefill(a, none_q, {none_kv, none_kv}, Mask::causal, none_out);
+  attn.prefill(a, none_q, {none_kv, none_kv}, Mask::full, none_out);
+  attn.append(a, {none_kv, none_kv});
+  const std::span<const int> no_sequences;
+  attn.decode(no_sequences, none_q, {none_kv, none_kv}, none_out);
+  attn.attend(no_sequences, none_q, none_out);
+  CHECK(attn.length(a) == 3);
+  CHECK(attn.cache_bytes_allocated() == allocated);
+  // The zero-row calls also run on a sequence that holds nothing yet.
+  const int b = attn.open_sequence();
+  attn.prefill(b, none_q, {none_kv, none_kv}, Mask::causal, none_out);
+  CHECK(attn.length(b) == 0);
+  const int one[] = {a};
+  RowMatrixXf y(1, 16), y_again(1, 16);
+  attn.attend(one, q.bottomRows(1), y);
+  attn.decode(one, q.bottomRows(1), {k.bottomRows(1), v.bottomRows(1)}, y_again);  // still works after them
+  CHECK(attn.length(a) == 4);
+}
+
 TEST_CASE("a cache configuration out of range is rejected naming the value") {
   using A = Attention<Mha, Nhd, exec::Reference>;
   using P = Attention<Mha, Paged<16>, exec::Reference>;

@@ -1,13 +1,15 @@
 // exec::Cuda against the dense oracle and the Reference executor. The Attention scenarios are the
 // CPU executors' (support/equivalence_scenarios.hpp, support/latent_scenarios.hpp) over every
-// variant x layout: Mha, Gqa<2>, Mqa; SlimK2 and XCache on converted layers against Reference;
-// Mla (absorbed decode) against the expanded computation; Mtla (rows rewritten after the mirror
-// copied them) against its parallel path. The AttendSpec cases drive the primitive directly
+// variant x layout: Mha, Gqa<2>, Gqa<4>, Gqa<8>, Mqa; SlimK2 and XCache on converted layers
+// against Reference; Mla (absorbed decode) against the expanded computation; Mtla (rows rewritten
+// after the mirror copied them) against its parallel path. The AttendSpec cases drive the primitive directly
 // (one tensor for keys and values, column offsets, groups wider than a block's tile, rows wider
 // than 256 and 1024). The cross-attention cache options (baseline, K-only, E-cache, hybrid) run
 // the CPU executors' scenario (support/cross_scenarios.hpp). 16-bit caches (half, bfloat16)
-// against float caches of pre-rounded rows and against Reference. Not on Cuda: variants that derive rows at attend time (SlimK option 1,
-// SlimK with RoPE), refused at compile time (attention.hpp).
+// against float caches of pre-rounded rows and against Reference. Scores at their limits (-inf,
+// overflow, no visible token; support/attend_limits.hpp) as on the CPU executors. Not on Cuda:
+// variants that derive rows at attend time (SlimK option 1, SlimK with RoPE), refused at compile
+// time (attention.hpp).
 // Without a CUDA device the GPU cases are skipped with a message; the host-only cases still run.
 #include <doctest/doctest.h>
 
@@ -28,10 +30,11 @@
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 
+#include "support/attend_limits.hpp"
 #include "support/cross_scenarios.hpp"
 #include "support/cuda_device.hpp"
 #include "support/dense_oracle.hpp"
-#include "support/equivalence_scenarios.hpp"
+#include "support/equivalence_combos.hpp"
 #include "support/executor_tolerance.hpp"
 #include "support/latent_scenarios.hpp"
 #include "support/rounded_cache.hpp"
@@ -52,28 +55,16 @@ struct Combo {
 };
 
 #define POLYATTN_CUDA_COMBOS_FOR(V) Combo<V, Nhd>, Combo<V, Hnd>, Combo<V, Paged<16>>, Combo<V, Paged<7>>
-#define POLYATTN_CUDA_COMBOS \
-  POLYATTN_CUDA_COMBOS_FOR(Mha), POLYATTN_CUDA_COMBOS_FOR(Gqa<2>), POLYATTN_CUDA_COMBOS_FOR(Mqa)
-
-TEST_CASE_TEMPLATE("cuda: prefill then batched decode matches the dense oracle" * doctest::skip(kNoDevice), C,
-                   POLYATTN_CUDA_COMBOS) {
-  prefill_then_batched_decode_scenario<typename C::type>();
+// Mha, Gqa<2>, Gqa<4>, Gqa<8>, Mqa x every layout (long sequences split across blocks).
+TEST_CASE_TEMPLATE("cuda: the equivalence scenarios match the dense oracle" * doctest::skip(kNoDevice), C,
+                   POLYATTN_EQUIVALENCE_COMBOS(exec::Cuda)) {
+  run_equivalence_scenarios<typename C::type>();
 }
 
-TEST_CASE_TEMPLATE("cuda: long sequences split across blocks match the dense oracle" * doctest::skip(kNoDevice), C,
-                   POLYATTN_CUDA_COMBOS) {
-  long_sequence_scenario<typename C::type>();
-}
-
-TEST_CASE_TEMPLATE("cuda: encoder prefill (full mask) and cross-attention attend match the dense oracle" *
-                       doctest::skip(kNoDevice),
-                   C, POLYATTN_CUDA_COMBOS) {
-  encoder_and_cross_attention_scenario<typename C::type>();
-}
-
-TEST_CASE_TEMPLATE("cuda: a closed sequence's slot is reused without reading its old rows" * doctest::skip(kNoDevice), C,
-                   POLYATTN_CUDA_COMBOS) {
-  reopened_slot_scenario<typename C::type>();
+// The attend primitive at the limits of its scores (core/attend.hpp): the CPU executors' cases.
+TEST_CASE_TEMPLATE("cuda: -inf, overflowing and huge scores give the same limits as on the CPU" * doctest::skip(kNoDevice), Layout,
+                   Nhd, Paged<7>) {
+  attend_limits_scenario<Layout, exec::Cuda>(0);
 }
 
 // ---- Variants with host-side hooks around the device attend ------------------------------------

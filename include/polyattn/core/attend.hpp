@@ -8,6 +8,20 @@
 //   X-cache / MLA:  one shared cache head (G = n_heads) whose row holds x (or latent|rope key);
 //                   the variant transforms queries before and outputs after.
 // Executors implement `attend(store, spec, jobs)` once; new variants only describe a spec.
+//
+// Scores at the limits, the same on every executor. A score is s_t = scale * q . k_t in the
+// executor's accumulation type (double for Reference, float for CpuSimd and Cuda):
+//   - s_t = -inf gives token t weight 0 (a mask). A query that sees no token (visible == 0), or
+//     whose every score is -inf, outputs 0. A block of tokens whose scores are all -inf adds
+//     nothing (it never forms exp(-inf - -inf) = NaN), wherever it falls in the sequence.
+//   - s_t = +inf (q . k beyond the accumulation type's range) counts as that type's largest finite
+//     value: the tokens at +inf share the weight equally (bounded_score, core/online_softmax.hpp).
+//   - Finite scores, however large or far apart, give finite weights: exp only ever sees
+//     s_t - max <= 0.
+//   - NaN in a query or a visible key gives NaN (a read of NaN-poisoned capacity shows).
+// So where float overflows and double does not (|q . k| > 3.4e38), an fp32 executor and the
+// Reference executor agree whenever one token's score dominates (or several tie), and a query
+// whose every score overflows to -inf in float outputs 0 there.
 #pragma once
 
 #include <span>

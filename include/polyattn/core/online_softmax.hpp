@@ -1,7 +1,8 @@
 // Online (streaming) softmax state, shared by every executor. Attention over a set of tokens is
 // computed chunk by chunk: each chunk keeps (max score m, sum of exp(s - m) l, unnormalised
 // output acc); two chunks merge exactly, so a sequence can be split across threads or GPU
-// blocks and recombined (flash-decoding).
+// blocks and recombined (flash-decoding). Scores are bounded_score()s: never +inf, so the max
+// is finite or (no score above -inf yet) -inf, and a chunk with sum 0 merges as nothing.
 #pragma once
 
 #include <cmath>
@@ -11,21 +12,35 @@
 
 namespace polyattn {
 
-/// -inf as a constant: device code may read a constexpr variable, but not call the host-only
-/// constexpr numeric_limits<Acc>::infinity() (nvcc warning 20013).
+/// -inf and the largest finite value as constants: device code may read a constexpr variable,
+/// but not call the host-only constexpr numeric_limits<Acc> functions (nvcc warning 20013).
 template <class Acc>
 inline constexpr Acc kNegativeInfinity = -std::numeric_limits<Acc>::infinity();
+template <class Acc>
+inline constexpr Acc kLargestFinite = std::numeric_limits<Acc>::max();
+
+/// A score as the softmax takes it (core/attend.hpp): +inf, a q.k beyond the accumulation type's
+/// range, becomes the largest finite value, so that tokens at +inf share the weight instead of
+/// giving exp(inf - inf) = NaN. -inf (weight 0) and NaN (bad input, which must show) pass.
+template <class Acc>
+POLYATTN_HOST_DEVICE Acc bounded_score(Acc score) {
+  return score > kLargestFinite<Acc> ? kLargestFinite<Acc> : score;
+}
 
 template <class Acc>
 struct SoftmaxState {
   Acc max = kNegativeInfinity<Acc>;
   Acc sum = Acc(0);
 
+  /// No score above -inf yet: every weight so far is 0, and exp(score - max) would be
+  /// exp(-inf - -inf) = NaN, so a block that leaves the state empty adds nothing.
+  POLYATTN_HOST_DEVICE bool empty() const { return max == kNegativeInfinity<Acc>; }
+
   /// Raises the running max to at least `block_max`; returns the factor by which the sum (done
   /// here) and the caller's accumulators must be multiplied.
   POLYATTN_HOST_DEVICE Acc raise_max(Acc block_max) {
     if (block_max <= max) return Acc(1);
-    const Acc factor = (max == kNegativeInfinity<Acc>) ? Acc(0) : std::exp(max - block_max);
+    const Acc factor = empty() ? Acc(0) : std::exp(max - block_max);
     sum *= factor;
     max = block_max;
     return factor;

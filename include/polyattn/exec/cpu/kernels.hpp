@@ -119,24 +119,25 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int head,
     for (int j = 0; j < n; ++j) {
       const float* k = keys.data + std::ptrdiff_t(j) * keys.stride + spec.key_offset;
       for (int g = 0; g < G; ++g)
-        scores[g * kScoreBlock + j] = dot(q + std::ptrdiff_t(g) * spec.key_dim, k + std::ptrdiff_t(g) * spec.key_group_stride, spec.key_dim);
+        scores[g * kScoreBlock + j] =
+            bounded_score(dot(q + std::ptrdiff_t(g) * spec.key_dim, k + std::ptrdiff_t(g) * spec.key_group_stride, spec.key_dim));
     }
     for (int g = 0; g < G; ++g) {
       float* s = scores + g * kScoreBlock;
       const float block_max = *std::max_element(s, s + n);
       const float factor = result.states[g].raise_max(block_max);
+      if (result.states[g].empty()) continue;  // every score so far -inf: this block adds nothing
       float* acc = result.acc + std::ptrdiff_t(g) * spec.value_dim;
       if (factor != 1.0f) scale(factor, acc, spec.value_dim);
       result.states[g].sum += exp_shifted_sum(s, n, result.states[g].max);
     }
     // acc_g += sum_j p_gj v_j; the value block is read from memory once for the whole group
     for (int g = 0; g < G; ++g)
-      accumulate_rows(scores + g * kScoreBlock, values.data + spec.value_offset, values.stride, n,
-                      result.acc + std::ptrdiff_t(g) * spec.value_dim, spec.value_dim);
+      if (!result.states[g].empty())
+        accumulate_rows(scores + g * kScoreBlock, values.data + spec.value_offset, values.stride, n,
+                        result.acc + std::ptrdiff_t(g) * spec.value_dim, spec.value_dim);
     t += n;
   }
 }
-
-inline constexpr int kChunkScoreBlock = 64;
 
 }  // namespace polyattn::exec::cpu

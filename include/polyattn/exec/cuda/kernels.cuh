@@ -13,7 +13,8 @@
 // and through AttendSpec (tensor, column offset, dims, group), so MHA/GQA/MQA and every variant
 // that reduces to the primitive (K-only caches, X-cache, MLA absorbed decode) run unchanged.
 // Prefill uses the same kernels: each query row is a job with its own `visible`.
-// Accumulation is fp32; the cache element type T is anything convertible to float.
+// Accumulation is fp32; the cache element type T is anything convertible to float. Scores at the
+// limits (-inf, overflow to +inf, no visible token) as core/attend.hpp says, as on the CPU.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(kThreads) attend_chunks(ChunkParams<T> p) {
 #pragma unroll
       for (int g = 0; g < kGroupTile; ++g) {
         const float d = warp_sum(dot[g]);
-        if (lane == 0 && g < gn) weights[g][t] = d;
+        if (lane == 0 && g < gn) weights[g][t] = bounded_score(d);
       }
     }
     __syncthreads();
@@ -182,9 +183,10 @@ __global__ void __launch_bounds__(kThreads) attend_chunks(ChunkParams<T> p) {
       state.max = run_max[warp];
       state.sum = run_sum[warp];
       const float factor = state.raise_max(m);  // rescales state.sum
+      const bool nothing = state.empty();       // every score so far -inf: the tile weighs 0, not exp(-inf - -inf)
       float sum = 0.0f;
       for (int t = lane; t < n; t += 32) {
-        const float w = expf(weights[warp][t] - state.max);
+        const float w = nothing ? 0.0f : expf(weights[warp][t] - state.max);
         weights[warp][t] = w;
         sum += w;
       }

@@ -1,13 +1,16 @@
 // The golden model: the attend primitive written as plainly as possible, accumulating in
-// double. Every other executor is tested against it; it is not meant to be fast.
+// double. Every other executor is tested against it; it is not meant to be fast. Two passes per
+// query head (scores and their max, then weights); the limits (-inf, overflow) as core/attend.hpp.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "polyattn/core/attend.hpp"
+#include "polyattn/core/online_softmax.hpp"
 
 namespace polyattn::exec {
 
@@ -26,13 +29,19 @@ struct Reference {
         for (int g = 0; g < spec.group; ++g) {
           const int head = h * spec.group + g;
           const float* q = job.query + std::ptrdiff_t(head) * spec.key_dim;
-          double max_score = -INFINITY;
+          double max_score = kNegativeInfinity<double>;
           for (int t = 0; t < job.visible; ++t) {
             const auto* k = store.row(spec.key_tensor, job.seq, t, h) + spec.key_offset + g * spec.key_group_stride;
             double dot = 0;
             for (int i = 0; i < spec.key_dim; ++i) dot += double(q[i]) * double(k[i]);
-            scores[std::size_t(t)] = dot * double(spec.scale);
-            max_score = std::max(max_score, scores[std::size_t(t)]);
+            const double score = bounded_score(dot * double(spec.scale));
+            scores[std::size_t(t)] = score;
+            if (score > max_score || std::isnan(score)) max_score = score;  // a NaN stays, and shows in the output
+          }
+          float* out = job.out + std::ptrdiff_t(head) * spec.value_dim;
+          if (max_score == kNegativeInfinity<double>) {  // nothing visible, or every score -inf
+            std::fill_n(out, spec.value_dim, 0.0f);
+            continue;
           }
           double sum = 0;
           std::fill(acc.begin(), acc.end(), 0.0);
@@ -42,7 +51,6 @@ struct Reference {
             const auto* v = store.row(spec.value_tensor, job.seq, t, h) + spec.value_offset;
             for (int i = 0; i < spec.value_dim; ++i) acc[std::size_t(i)] += p * double(v[i]);
           }
-          float* out = job.out + std::ptrdiff_t(head) * spec.value_dim;
           for (int i = 0; i < spec.value_dim; ++i) out[i] = float(acc[std::size_t(i)] / sum);
         }
     }
