@@ -5,12 +5,14 @@
 // the other names return the plain byte vector the tests parse.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <Eigen/Core>
 #include <whisper/ggml_model.hpp>
 
 #include "test_bytes.hpp"
@@ -19,6 +21,10 @@ namespace whisper_test {
 
 using polyattn::whisper::GgmlTensor;
 using polyattn::whisper::kGgmlMagic;
+
+// IEEE binary16 bits of f, rounded to nearest even (Eigen::half: clang before 15 has no _Float16
+// on x86).
+inline std::uint16_t half_bits(float f) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(f)); }
 
 // ---- CTranslate2 model.bin ----------------------------------------------------------
 
@@ -95,12 +101,8 @@ inline Bytes ggml_bytes(const std::vector<GgmlTensor>& tensors) {
     for (auto ne : t.ne) b.put<std::int32_t>(static_cast<std::int32_t>(ne));
     b.str(t.name);
     for (float f : t.data) {
-      if (t.type == 0) {
-        b.put(f);
-      } else {
-        const _Float16 h = static_cast<_Float16>(f);
-        b.raw(&h, 2);
-      }
+      if (t.type == 0) b.put(f);
+      else b.raw(std::array<std::uint16_t, 1>{half_bits(f)}.data(), 2);
     }
   }
   return b;
