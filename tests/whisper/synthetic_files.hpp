@@ -5,6 +5,7 @@
 // the other names return the plain byte vector the tests parse.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -302,6 +303,26 @@ inline std::vector<Ct2Var> tiny_ct2_vars(const std::vector<TinyTensor>& tensors)
   for (const std::string name : {"encoder/num_heads", "decoder/num_heads"})
     out.push_back({name, {}, 2, raw<std::int16_t>({2})});
   return out;
+}
+
+// A ggml Whisper model (d = 8, vocabulary 51864, English-only special ids) whose logits are the
+// same at every step: decoder.ln maps every state to ones (gamma 0, beta 1), so the logit of a
+// token is the sum of its embedding row. Token 1 ("b") sums to 16, above every random row (eight
+// entries below 1.5 in magnitude); <|endoftext|> (50256) sums to `eot_sum`: below 16 it is never
+// sampled, above it ends every window at its second token (the first step suppresses it).
+inline std::vector<std::uint8_t> fixed_output_ggml(float eot_sum) {
+  constexpr int n_vocab = 51864, d = 8, b = 1, eot = 50256;
+  Rng rng(21);
+  std::vector<TinyTensor> tensors = tiny_pytorch_model(rng, n_vocab, d);
+  for (TinyTensor& t : tensors) {
+    if (t.name == "decoder.ln.weight") std::fill(t.data.begin(), t.data.end(), 0.0f);
+    if (t.name == "decoder.ln.bias") std::fill(t.data.begin(), t.data.end(), 1.0f);
+    if (t.name == "decoder.token_embedding.weight") {  // (n_vocab, d)
+      std::fill_n(t.data.begin() + b * d, d, 2.0f);
+      std::fill_n(t.data.begin() + eot * d, d, eot_sum / d);
+    }
+  }
+  return tiny_ggml(tensors, n_vocab, d);
 }
 
 // The model.bin's one alias: the output projection is tied to the token embedding.
