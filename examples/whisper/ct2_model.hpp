@@ -243,6 +243,13 @@ inline std::vector<std::string> parse_vocabulary_json(std::string_view text, con
   return tokens;
 }
 
+// config.json: a JSON object, every key optional.
+inline Json parse_ct2_config(std::string_view text, const std::string& what) {
+  Json config = Json::parse(text, what);
+  config.as_object(what);
+  return config;
+}
+
 inline Ct2ModelDir load_ct2_model_dir(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir)) throw IoError("model directory '" + dir.string() + "' does not exist");
   Ct2ModelDir out;
@@ -251,8 +258,7 @@ inline Ct2ModelDir load_ct2_model_dir(const std::filesystem::path& dir) {
   const auto cfg = dir / "config.json";
   if (std::filesystem::exists(cfg)) {
     const auto b = read_file_bytes(cfg.string());
-    out.config = Json::parse(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()), cfg.string());
-    out.config.as_object(cfg.string());
+    out.config = parse_ct2_config(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()), cfg.string());
   } else {
     out.config = Json(Json::Object{});
   }

@@ -88,6 +88,21 @@ struct Transcription {
   TranscribeReport report;
 };
 
+// The decoding rules a CTranslate2 config.json sets: suppress_ids (every step) and
+// suppress_ids_begin (the first sampled token) replace those lists of `rules` when present.
+// `what` names the file in messages.
+inline void apply_ct2_config(const Json& config, const std::string& what, DecodingRules& rules) {
+  auto read_ids = [&](const char* key, std::vector<int>& ids) {
+    const Json* list = config.find(key);
+    if (!list) return;
+    const std::string field = what + ": " + key;
+    ids.clear();
+    for (const Json& id : list->as_array(field)) ids.push_back(static_cast<int>(id.as_int(field)));
+  };
+  read_ids("suppress_ids", rules.suppress);
+  read_ids("suppress_ids_begin", rules.suppress_at_begin);
+}
+
 class WhisperModel {
  public:
   WhisperModel(WhisperWeights weights, Tokenizer tokenizer, DecodingRules rules)
@@ -117,16 +132,7 @@ class WhisperModel {
     WhisperWeights w = weights_from_ct2(m.model);
     Tokenizer tok = Tokenizer::from_byte_level(m.vocabulary);
     DecodingRules rules = default_rules(tok);
-    const std::string cfg = (dir / "config.json").string();
-    if (const Json* s = m.config.find("suppress_ids")) {
-      rules.suppress.clear();
-      for (const Json& id : s->as_array(cfg + ": suppress_ids")) rules.suppress.push_back(static_cast<int>(id.as_int(cfg + ": suppress_ids")));
-    }
-    if (const Json* s = m.config.find("suppress_ids_begin")) {
-      rules.suppress_at_begin.clear();
-      for (const Json& id : s->as_array(cfg + ": suppress_ids_begin"))
-        rules.suppress_at_begin.push_back(static_cast<int>(id.as_int(cfg + ": suppress_ids_begin")));
-    }
+    apply_ct2_config(m.config, (dir / "config.json").string(), rules);
     return WhisperModel(std::move(w), std::move(tok), std::move(rules));
   }
 

@@ -144,12 +144,15 @@ inline WavAudio parse_wav(std::span<const std::uint8_t> bytes, const std::string
   return out;
 }
 
-// Reads a WAV file and returns mono float samples at 16 kHz, ready for log_mel_spectrogram.
-inline std::vector<float> load_wav_16k_mono(const std::string& path) {
-  const auto bytes = read_file_bytes(path);
-  WavAudio audio = parse_wav(bytes, "WAV file '" + path + "'");
+// Parsed audio as Whisper's front end takes it: mono samples at 16 kHz.
+inline std::vector<float> to_16k_mono(WavAudio audio) {
   if (audio.info.sample_rate == kWhisperSampleRate) return std::move(audio.samples);
   return resample(audio.samples, audio.info.sample_rate, kWhisperSampleRate);
+}
+
+// Reads a WAV file and returns mono float samples at 16 kHz, ready for log_mel_spectrogram.
+inline std::vector<float> load_wav_16k_mono(const std::string& path) {
+  return to_16k_mono(parse_wav(read_file_bytes(path), "WAV file '" + path + "'"));
 }
 
 }  // namespace polyattn::whisper

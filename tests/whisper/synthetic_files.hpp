@@ -14,7 +14,9 @@
 #include <vector>
 
 #include <Eigen/Core>
+
 #include <whisper/ggml_model.hpp>
+#include <whisper/tokenizer.hpp>
 
 #include "test_bytes.hpp"
 
@@ -148,6 +150,29 @@ inline std::vector<std::uint8_t> pcm16(const std::vector<std::int16_t>& s) {
   Bytes b;
   for (auto v : s) b.put(v);
   return b.b;
+}
+
+// ---- vocabulary -----------------------------------------------------------------------
+
+// A byte-level vocabulary (CTranslate2's vocabulary files): the 256 byte tokens of GPT-2's
+// alphabet (each a code point below U+0144, so one or two UTF-8 bytes), then Whisper's special
+// tokens.
+inline std::vector<std::string> byte_level_vocabulary() {
+  std::vector<std::string> v;
+  for (const char32_t cp : polyattn::whisper::gpt2_byte_to_unicode()) {
+    std::string s;
+    if (cp < 0x80) {
+      s += static_cast<char>(cp);
+    } else {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    v.push_back(s);
+  }
+  for (const char* s : {"<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|translate|>", "<|transcribe|>",
+                        "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>", "<|0.00|>", "<|0.02|>"})
+    v.push_back(s);
+  return v;
 }
 
 // ---- random-weight Whisper-shaped model (PyTorch names, then ggml and CT2 forms) ----
