@@ -3,6 +3,7 @@
 #include <whisper/wav.hpp>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "synthetic_files.hpp"
@@ -109,6 +110,26 @@ TEST_SUITE("wav") {
       }
     }
     CHECK_THROWS_AS(load_wav_16k_mono(whisper_test::temp_path("does-not-exist.wav")), IoError);
+  }
+
+  TEST_CASE("a float64 sample beyond float's range is refused, not made infinite (fuzz finding)") {
+    // fuzz.wav: -1e300 is a finite double, so the finiteness check passed and the sample became
+    // -inf when stored as float.
+    for (const double big : {-1e300, 1e39}) {
+      CAPTURE(big);
+      Bytes d;
+      d.put(0.25).put(big);
+      CHECK_THROWS_WITH_AS(parse_wav(make_wav(3, 1, 16000, 64, d.b)), doctest::Contains("sample 1 of channel 0"), FormatError);
+    }
+    // The largest float is still a float, and so is the mean of two of them (summed in float, it
+    // was infinite).
+    const float top = std::numeric_limits<float>::max();
+    Bytes edge;
+    edge.put(static_cast<double>(top)).put(-static_cast<double>(top));
+    CHECK(parse_wav(make_wav(3, 1, 16000, 64, edge.b)).samples == std::vector<float>{top, -top});
+    Bytes stereo;
+    stereo.put(top).put(top);
+    CHECK(parse_wav(make_wav(3, 2, 16000, 32, stereo.b)).samples == std::vector<float>{top});
   }
 
   TEST_CASE("jfk.wav") {
