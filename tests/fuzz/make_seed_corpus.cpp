@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   write("tokenizer", "raw-english", tokenizer_input(true, 51864, raw, {0, 1, 2, 3, 50256, 50363, 51863}));
   write("tokenizer", "raw-multilingual", tokenizer_input(true, 51865, raw, {1, 3, 2, 50257, 50364}));
 
-  // wav: every sample format, EXTENSIBLE headers, several rates and channel counts.
+  // wav: every sample format, EXTENSIBLE headers, several rates (one prime to 16 kHz) and channel counts.
   {
     std::vector<std::int16_t> s(64);
     for (auto& x : s) x = static_cast<std::int16_t>(rng.next());
@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
     write("wav", "pcm24-stereo-22050", whisper_test::make_wav(1, 2, 22050, 24, b24));
     write("wav", "pcm8", whisper_test::make_wav(1, 1, 16000, 8, b8));
     write("wav", "float64", whisper_test::make_wav(3, 1, 16000, 64, f64.b));
+    write("wav", "pcm8-767999hz", whisper_test::make_wav(1, 1, 767999, 8, {128, 130, 126, 129}));  // no common divisor with 16 kHz
   }
   std::printf("make_seed_corpus: %d files under %s\n", written, out.c_str());
   return 0;
