@@ -1,8 +1,7 @@
-// Writers of small synthetic input files for the Whisper tests and the loader fuzz harness:
-// CTranslate2 model.bin, whisper.cpp ggml, RIFF/WAVE, and a random-weight Whisper-shaped model
-// (d = 8, one layer each) in both model formats. Each *_bytes writer returns the Bytes with the
-// offsets of its integer header fields (what fuzz_loaders.cpp overwrites with extreme values);
-// the other names return the plain byte vector the tests parse.
+// Writers of small synthetic input files for the Whisper tests and the fuzz seed corpus
+// (tests/fuzz/make_seed_corpus.cpp): CTranslate2 model.bin, whisper.cpp ggml, RIFF/WAVE, a
+// byte-level vocabulary, and a random-weight Whisper-shaped model (one layer each) in both model
+// formats. The *_bytes writers return Bytes, to extend; the other names the byte vector to parse.
 #pragma once
 
 #include <algorithm>
