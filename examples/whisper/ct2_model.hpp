@@ -14,12 +14,15 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "byte_reader.hpp"
+#include "checked_size.hpp"
 #include "error.hpp"
 #include "half.hpp"
 #include "json.hpp"
@@ -40,12 +43,6 @@ inline const char* to_string(Ct2DType t) {
   return "?";
 }
 
-inline std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 struct Ct2Variable {
   std::string name;
   std::vector<std::int64_t> shape;  // row-major, outermost first; empty for a scalar
@@ -54,10 +51,13 @@ struct Ct2Variable {
   std::vector<std::int64_t> ints;      // integer dtypes
 
   bool is_float() const { return dtype == Ct2DType::float32 || dtype == Ct2DType::float16 || dtype == Ct2DType::bfloat16; }
+  // The product of the shape. parse() checked it against the variable's bytes, so it fits; a
+  // shape set by hand that does not is a FormatError, never a wrapped count.
   std::int64_t numel() const {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return n;
+    const std::optional<std::uint64_t> n = shape_volume(shape);
+    if (!n || *n > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      throw FormatError("model.bin: variable '" + name + "' has shape " + shape_string(shape) + ", whose element count does not fit in 64 bits");
+    return static_cast<std::int64_t>(*n);
   }
 };
 
@@ -140,13 +140,9 @@ inline Ct2ModelBin Ct2ModelBin::parse(std::span<const std::uint8_t> bytes, const
     v.name = detail::read_ct2_string(r, "variable name");
     const std::uint8_t rank = r.read<std::uint8_t>("rank");
     if (rank > 8) r.fail("variable '" + v.name + "' has rank " + std::to_string(rank) + " (at most 8 supported)");
-    std::uint64_t numel = 1;
-    for (int d = 0; d < rank; ++d) {
-      const std::uint32_t dim = r.read<std::uint32_t>("dimension");
-      v.shape.push_back(dim);
-      numel *= dim;
-      if (numel > (std::uint64_t{1} << 40)) r.fail("variable '" + v.name + "' has an absurd shape " + shape_string(v.shape));
-    }
+    for (int d = 0; d < rank; ++d) v.shape.push_back(r.read<std::uint32_t>("dimension"));
+    const std::optional<std::uint64_t> numel = shape_volume(v.shape);
+    if (!numel) r.fail("variable '" + v.name + "' has shape " + shape_string(v.shape) + ", whose element count does not fit in 64 bits");
     const std::uint8_t dtype = r.read<std::uint8_t>("dtype");
     if (dtype > 5)
       throw UnsupportedError(what + ": variable '" + v.name + "' has dtype id " + std::to_string(dtype) +
@@ -154,11 +150,13 @@ inline Ct2ModelBin Ct2ModelBin::parse(std::span<const std::uint8_t> bytes, const
     v.dtype = static_cast<Ct2DType>(dtype);
     const std::uint32_t n_bytes = r.read<std::uint32_t>("byte count");
     static constexpr std::uint64_t kItemSize[] = {4, 1, 2, 4, 2, 2};
-    if (n_bytes != numel * kItemSize[dtype])
+    const std::optional<std::uint64_t> expected_bytes = checked_mul(*numel, kItemSize[dtype]);
+    if (!expected_bytes || n_bytes != *expected_bytes)
       r.fail("variable '" + v.name + "' has " + std::to_string(n_bytes) + " bytes, expected " +
-             std::to_string(numel * kItemSize[dtype]) + " for shape " + shape_string(v.shape) + " of " + to_string(v.dtype));
+             (expected_bytes ? std::to_string(*expected_bytes) : std::string("more than 2^64")) + " for shape " +
+             shape_string(v.shape) + " of " + to_string(v.dtype));
     const auto data = r.bytes(n_bytes, "variable data");
-    const std::size_t n = static_cast<std::size_t>(numel);
+    const std::size_t n = static_cast<std::size_t>(*numel);  // at most n_bytes
     const std::uint8_t* p = data.data();
     switch (v.dtype) {
       case Ct2DType::float32:
@@ -245,6 +243,13 @@ inline std::vector<std::string> parse_vocabulary_json(std::string_view text, con
   return tokens;
 }
 
+// config.json: a JSON object, every key optional.
+inline Json parse_ct2_config(std::string_view text, const std::string& what) {
+  Json config = Json::parse(text, what);
+  config.as_object(what);
+  return config;
+}
+
 inline Ct2ModelDir load_ct2_model_dir(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir)) throw IoError("model directory '" + dir.string() + "' does not exist");
   Ct2ModelDir out;
@@ -253,8 +258,7 @@ inline Ct2ModelDir load_ct2_model_dir(const std::filesystem::path& dir) {
   const auto cfg = dir / "config.json";
   if (std::filesystem::exists(cfg)) {
     const auto b = read_file_bytes(cfg.string());
-    out.config = Json::parse(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()), cfg.string());
-    out.config.as_object(cfg.string());
+    out.config = parse_ct2_config(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()), cfg.string());
   } else {
     out.config = Json(Json::Object{});
   }

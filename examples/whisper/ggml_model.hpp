@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include <Eigen/Core>
 
 #include "byte_reader.hpp"
+#include "checked_size.hpp"
 #include "error.hpp"
 #include "matrix.hpp"
 #include "half.hpp"
@@ -113,20 +115,21 @@ inline GgmlModel parse_ggml(std::span<const std::uint8_t> bytes, GgmlLoad mode =
     t.type = r.read<std::int32_t>("tensor type");
     if (n_dims < 1 || n_dims > 4) r.fail("tensor n_dims " + std::to_string(n_dims) + " is not in [1, 4]");
     if (name_len < 1 || name_len > 4096) r.fail("tensor name length " + std::to_string(name_len) + " is not in [1, 4096]");
-    std::uint64_t numel = 1;
     for (int d = 0; d < n_dims; ++d) {
       const std::int32_t ne = r.read<std::int32_t>("tensor dimension");
       if (ne < 1) r.fail("tensor dimension " + std::to_string(ne) + " is not positive");
       t.ne.push_back(ne);
-      numel *= static_cast<std::uint64_t>(ne);
-      if (numel > (std::uint64_t{1} << 40)) r.fail("tensor has an absurd element count");
     }
     t.name = r.string(static_cast<std::size_t>(name_len), "tensor name");
     if (t.type != 0 && t.type != 1)
       throw UnsupportedError(what + ": tensor '" + t.name + "' has ggml type " + std::to_string(t.type) +
                              "; only f32 (0) and f16 (1) are supported");
-    const std::size_t n = static_cast<std::size_t>(numel);
-    const auto data = r.bytes(n * (t.type == 0 ? 4 : 2), "tensor data of '" + t.name + "'");
+    const std::optional<std::uint64_t> numel = shape_volume(t.ne);
+    const std::optional<std::uint64_t> n_bytes = numel ? checked_mul(*numel, t.type == 0 ? 4 : 2) : std::nullopt;
+    if (!n_bytes)
+      r.fail("tensor '" + t.name + "' has shape " + shape_string(t.shape()) + ", whose size does not fit in 64 bits");
+    const auto data = r.bytes(static_cast<std::size_t>(*n_bytes), "tensor data of '" + t.name + "'");
+    const std::size_t n = static_cast<std::size_t>(*numel);  // the bytes are there: n is bounded by the file
     t.data.resize(n);
     if (t.type == 0) {
       std::memcpy(t.data.data(), data.data(), n * 4);

@@ -182,12 +182,18 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       std::fprintf(stderr, "  %.2f s audio, %d window(s), %zu tokens\n", static_cast<double>(samples[f].size()) / 16000.0,
                    t.windows, t.tokens.size());
+      for (const int w : t.cut_windows)
+        std::fprintf(stderr, "warning: %s: window %d/%d (from %d s) filled the %d-token text context without end-of-text: its text is cut there\n",
+                     paths[f].c_str(), w + 1, t.windows, 30 * w, model.rules().max_length);
     }
     const pw::TranscribeReport& r = result.report;
     // run_sample.sh reads "--self S --cross C:" at the start of this line.
     std::fprintf(stderr, "%s: %zu file(s), %d window(s), batch up to %d; policies built in %.0f ms; attention on %s, products on %s\n",
                  r.policies.c_str(), paths.size(), r.windows, r.max_batch, r.prepare_ms, backend->name().c_str(), r.dense.c_str());
     for (const std::string& note : r.notes) std::fprintf(stderr, "  %s\n", note.c_str());
+    if (r.windows_cut > 0)
+      std::fprintf(stderr, "  %d of %d window(s) cut at the text context (%d tokens): their transcripts are incomplete\n", r.windows_cut,
+                   r.windows, model.rules().max_length);
     std::fprintf(stderr,
                  "  mel %.1f ms, encode %.1f ms, decode %.1f ms (opening windows %.1f ms, prefill and steps %.1f ms): %zu tokens, %.1f "
                  "tokens/s (%.1f after opening windows)\n",

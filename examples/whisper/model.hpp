@@ -2,9 +2,10 @@
 // recordings. Greedy decoding follows openai-whisper for English-only models without
 // timestamps: prompt <|startoftranscript|><|notimestamps|>; at the first sampled token
 // suppress " " and <|endoftext|> (suppress_blank); always suppress the config's
-// suppress_ids; stop at <|endoftext|> or when the 448-token context is full. Audio longer
-// than 30 s is cut into consecutive 30 s windows decoded independently (no timestamps, so
-// no seeking by segment ends), and their texts are concatenated.
+// suppress_ids; stop at <|endoftext|> or when the 448-token context is full (the window is then
+// reported as cut: Transcript::cut_windows). Audio longer than 30 s is split into consecutive
+// 30 s windows decoded independently (no timestamps, so no seeking by segment ends), and their
+// texts are concatenated.
 //
 // transcribe<Policies>(files) decodes the windows of several recordings as one batch of up
 // to `batch` sequences: a window joins when a slot is free (encoded, its cross caches filled,
@@ -39,13 +40,16 @@ struct DecodingRules {
   std::vector<int> suppress;           // at every step
   std::vector<int> suppress_at_begin;  // at the first sampled token only
   int eot = -1;
-  int max_length = 448;  // prompt + sampled tokens
+  int max_length = kWhisperTextContext;  // prompt + sampled tokens
 };
 
 struct Transcript {
   std::string text;
   std::vector<int> tokens;  // sampled tokens of every window, without prompt and eot
   int windows = 0;
+  // Windows (0-based, in order) that filled the text context (DecodingRules::max_length tokens,
+  // prompt included) without sampling <|endoftext|>: their text stops there, cut.
+  std::vector<int> cut_windows;
 };
 
 struct TranscribeOptions {
@@ -75,6 +79,7 @@ struct TranscribeReport {
   std::size_t step_tokens = 0;  // tokens fed through the decode steps: one per live sequence per step
   std::size_t text_tokens = 0;  // sampled tokens without eot, over all windows
   int windows = 0, decode_steps = 0, max_batch = 0;
+  int windows_cut = 0;  // windows cut at the text context, over all files (Transcript::cut_windows)
   DecoderCacheUse peak;  // self and cross each at their largest bytes_held during decoding
 };
 
@@ -82,6 +87,21 @@ struct Transcription {
   std::vector<Transcript> files;
   TranscribeReport report;
 };
+
+// The decoding rules a CTranslate2 config.json sets: suppress_ids (every step) and
+// suppress_ids_begin (the first sampled token) replace those lists of `rules` when present.
+// `what` names the file in messages.
+inline void apply_ct2_config(const Json& config, const std::string& what, DecodingRules& rules) {
+  auto read_ids = [&](const char* key, std::vector<int>& ids) {
+    const Json* list = config.find(key);
+    if (!list) return;
+    const std::string field = what + ": " + key;
+    ids.clear();
+    for (const Json& id : list->as_array(field)) ids.push_back(static_cast<int>(id.as_int(field)));
+  };
+  read_ids("suppress_ids", rules.suppress);
+  read_ids("suppress_ids_begin", rules.suppress_at_begin);
+}
 
 class WhisperModel {
  public:
@@ -112,16 +132,7 @@ class WhisperModel {
     WhisperWeights w = weights_from_ct2(m.model);
     Tokenizer tok = Tokenizer::from_byte_level(m.vocabulary);
     DecodingRules rules = default_rules(tok);
-    const std::string cfg = (dir / "config.json").string();
-    if (const Json* s = m.config.find("suppress_ids")) {
-      rules.suppress.clear();
-      for (const Json& id : s->as_array(cfg + ": suppress_ids")) rules.suppress.push_back(static_cast<int>(id.as_int(cfg + ": suppress_ids")));
-    }
-    if (const Json* s = m.config.find("suppress_ids_begin")) {
-      rules.suppress_at_begin.clear();
-      for (const Json& id : s->as_array(cfg + ": suppress_ids_begin"))
-        rules.suppress_at_begin.push_back(static_cast<int>(id.as_int(cfg + ": suppress_ids_begin")));
-    }
+    apply_ct2_config(m.config, (dir / "config.json").string(), rules);
     return WhisperModel(std::move(w), std::move(tok), std::move(rules));
   }
 
@@ -178,6 +189,7 @@ class WhisperModel {
       std::size_t file;
       int seek;
       std::vector<int> tokens;
+      bool cut = false;  // closed at the text context, not at <|endoftext|>
     };
     std::vector<WhisperSpectrogram> specs;
     std::vector<Window> windows;
@@ -219,6 +231,7 @@ class WhisperModel {
         const int token = next_token(logits.row(static_cast<Eigen::Index>(i)), win.tokens.empty());
         const bool full = token != rules_.eot && rules_.prompt.size() + win.tokens.size() + 1 >= std::size_t(rules_.max_length);
         if (token != rules_.eot) win.tokens.push_back(token);
+        win.cut = full;
         if (token == rules_.eot || full) {
           decoder.close(batch[i].seq);
           const int total = out.files[win.file].windows;
@@ -267,11 +280,17 @@ class WhisperModel {
       r.decode_ms += ms(t0, clock::now());
     }
 
+    std::vector<int> window_index(files.size(), 0);  // per file, windows are in order
     for (const Window& win : windows) {
       Transcript& t = out.files[win.file];
       t.text += tok_.decode(win.tokens);
       t.tokens.insert(t.tokens.end(), win.tokens.begin(), win.tokens.end());
       r.text_tokens += win.tokens.size();
+      if (win.cut) {
+        t.cut_windows.push_back(window_index[win.file]);
+        ++r.windows_cut;
+      }
+      ++window_index[win.file];
     }
     return out;
   }

@@ -137,14 +137,14 @@ class VariantSelfLayer {
   void prefill(std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) {
     const auto B = static_cast<Eigen::Index>(seqs.size());
     const Eigen::Index n = x.rows() / B, ow = Variant::output_width(w_.shape);
-    const auto [src, stride] = project(x);
+    const ProjectedRows rows = project(x);
     att_.resize(x.rows(), ow);
     for (Eigen::Index i = 0; i < B; ++i) {
-      const float* row = src + i * stride;  // token 0 of sequence i; its next token is B rows down
-      const auto q = detail::strided_rows(row, n, query_width(), B * stride);
+      const float* row = rows.data + i * rows.stride;  // token 0 of sequence i; its next token is B rows down
+      const auto q = detail::strided_rows(row, n, query_width(), B * rows.stride);
       attn_.prefill(seqs[static_cast<std::size_t>(i)], q,
                     detail::make_rows<Variant, Parts>([&](std::size_t p) {
-                      return detail::strided_rows(row + part_offset(p), n, w_.parts[p], B * stride);
+                      return detail::strided_rows(row + part_offset(p), n, w_.parts[p], B * rows.stride);
                     }),
                     Mask::causal, detail::strided_rows(att_.data() + i * ow, n, ow, B * ow));
     }
@@ -152,11 +152,11 @@ class VariantSelfLayer {
   }
 
   void decode(std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) {
-    const auto [src, stride] = project(x);
+    const ProjectedRows rows = project(x);
     att_.resize(x.rows(), Variant::output_width(w_.shape));
-    attn_.decode(seqs, detail::strided_rows(src, x.rows(), query_width(), stride),
+    attn_.decode(seqs, detail::strided_rows(rows.data, x.rows(), query_width(), rows.stride),
                  detail::make_rows<Variant, Parts>(
-                     [&](std::size_t p) { return detail::strided_rows(src + part_offset(p), x.rows(), w_.parts[p], stride); }),
+                     [&](std::size_t p) { return detail::strided_rows(rows.data + part_offset(p), x.rows(), w_.parts[p], rows.stride); }),
                  att_);
     dense_->linear_into(att_, w_.out, out);
   }
@@ -192,8 +192,13 @@ class VariantSelfLayer {
     return offset;
   }
 
-  // The projected rows [q | parts] (or x itself): data and row stride.
-  std::pair<const float*, Eigen::Index> project(ConstMatrixRef x) {
+  // The projected rows [q | parts] (or x itself). A named struct, not a structured binding: the
+  // lambdas above capture it, which clang before 16 refuses for structured bindings.
+  struct ProjectedRows {
+    const float* data;
+    Eigen::Index stride;  // floats from one row to the next
+  };
+  ProjectedRows project(ConstMatrixRef x) {
     if (!projects()) return {x.data(), x.outerStride()};
     buf_.resize(x.rows(), width_);
     dense_->linear_into(x, w_.in, buf_);

@@ -21,6 +21,10 @@
 
 namespace polyattn::whisper {
 
+// The largest Whisper vocabulary: large-v3's, the multilingual models' 51865 tokens and one
+// more language token.
+inline constexpr int kWhisperMaxVocabulary = 51866;
+
 struct SpecialTokens {
   int eot = -1;              // <|endoftext|>
   int sot = -1;              // <|startoftranscript|>
@@ -126,9 +130,10 @@ class Tokenizer {
   // multilingual: eot and sot one higher, the task tokens shifted by the number of
   // languages minus 98.
   static Tokenizer from_raw_bytes(const std::vector<std::string>& raw, int n_vocab) {
-    if (n_vocab < 50364 || static_cast<std::size_t>(n_vocab) < raw.size())
-      throw FormatError("ggml vocabulary: n_vocab " + std::to_string(n_vocab) + " is too small for Whisper (" +
-                        std::to_string(raw.size()) + " stored tokens)");
+    // n_vocab sizes the token table: bounded by Whisper's vocabularies before anything is named.
+    if (n_vocab < 50364 || n_vocab > kWhisperMaxVocabulary || static_cast<std::size_t>(n_vocab) < raw.size())
+      throw FormatError("ggml vocabulary: n_vocab " + std::to_string(n_vocab) + " is not a Whisper vocabulary size (50364 to " +
+                        std::to_string(kWhisperMaxVocabulary) + ", at least the " + std::to_string(raw.size()) + " stored tokens)");
     const bool multilingual = n_vocab >= 51865;
     SpecialTokens s;
     s.eot = 50256 + multilingual;

@@ -8,7 +8,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -112,7 +114,6 @@ inline WavAudio parse_wav(std::span<const std::uint8_t> bytes, const std::string
   out.info = wi;
   out.samples.assign(wi.frames, 0.0f);
   const std::uint8_t* p = data->data();
-  const float inv_channels = 1.0f / static_cast<float>(wi.channels);
   for (std::size_t i = 0; i < wi.frames; ++i) {
     double acc = 0.0;
     for (int c = 0; c < wi.channels; ++c, p += bytes_per_sample) {
@@ -135,21 +136,28 @@ inline WavAudio parse_wav(std::span<const std::uint8_t> bytes, const std::string
       } else {
         double s; std::memcpy(&s, p, 8); v = s;
       }
-      if (!std::isfinite(v))
-        r.fail("sample " + std::to_string(i) + " of channel " + std::to_string(c) + " is not finite");
+      // A float64 sample must also fit a float: 1e300 is finite, but the float it is stored as is not.
+      if (!(std::abs(v) <= static_cast<double>(std::numeric_limits<float>::max()))) {
+        char value[32];
+        std::snprintf(value, sizeof value, "%g", v);
+        r.fail("sample " + std::to_string(i) + " of channel " + std::to_string(c) + " = " + value + " is not a finite float");
+      }
       acc += v;
     }
-    out.samples[i] = static_cast<float>(acc) * inv_channels;
+    out.samples[i] = static_cast<float>(acc / wi.channels);  // in double: the channels' sum may pass float's range
   }
   return out;
 }
 
-// Reads a WAV file and returns mono float samples at 16 kHz, ready for log_mel_spectrogram.
-inline std::vector<float> load_wav_16k_mono(const std::string& path) {
-  const auto bytes = read_file_bytes(path);
-  WavAudio audio = parse_wav(bytes, "WAV file '" + path + "'");
+// Parsed audio as Whisper's front end takes it: mono samples at 16 kHz.
+inline std::vector<float> to_16k_mono(WavAudio audio) {
   if (audio.info.sample_rate == kWhisperSampleRate) return std::move(audio.samples);
   return resample(audio.samples, audio.info.sample_rate, kWhisperSampleRate);
+}
+
+// Reads a WAV file and returns mono float samples at 16 kHz, ready for log_mel_spectrogram.
+inline std::vector<float> load_wav_16k_mono(const std::string& path) {
+  return to_16k_mono(parse_wav(read_file_bytes(path), "WAV file '" + path + "'"));
 }
 
 }  // namespace polyattn::whisper

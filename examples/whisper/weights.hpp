@@ -22,6 +22,26 @@ struct WhisperDims {
   int n_text_ctx = 448, n_text_state = 384, n_text_head = 6, n_text_layer = 4;
 };
 
+// What Whisper's architecture fixes: a window is 30 s, 3000 mel frames that the conv stem halves
+// to 1500 encoder positions; the decoder has 448 learned positions; the front end makes 80 mel
+// bins (128 in large-v3).
+inline constexpr int kWhisperAudioContext = 1500;
+inline constexpr int kWhisperTextContext = 448;
+
+// Checks the dimensions read from a model file against the architecture before anything is sized
+// from them (the sinusoids, the caches); `source` names the file. Widths, layer and vocabulary
+// counts need no such bound: each sizes only tensors the file must hold in full.
+inline void check_whisper_architecture(const WhisperDims& d, const std::string& source) {
+  if (d.n_audio_ctx != kWhisperAudioContext)
+    throw ModelError(source + ": audio context = " + std::to_string(d.n_audio_ctx) + ", Whisper's is " +
+                     std::to_string(kWhisperAudioContext) + " (a 30 s window: 3000 mel frames, halved by the conv stem)");
+  if (d.n_text_ctx < 1 || d.n_text_ctx > kWhisperTextContext)
+    throw ModelError(source + ": text context = " + std::to_string(d.n_text_ctx) + " is not in [1, " +
+                     std::to_string(kWhisperTextContext) + "]");
+  if (d.n_mels != 80 && d.n_mels != 128)
+    throw ModelError(source + ": " + std::to_string(d.n_mels) + " mel bins; Whisper's front end makes 80 or 128");
+}
+
 struct EncoderBlock {
   LayerNorm attn_ln;
   Linear qkv;       // (3d, d): rows [q; k; v]; the k rows have zero bias
@@ -117,9 +137,8 @@ inline WhisperWeights weights_from_ct2(const Ct2ModelBin& m) {
     d.n_vocab = dim(emb, 0, "vocabulary size");
     d.n_text_state = dim(emb, 1, "decoder width");
     d.n_text_ctx = dim(pos, 0, "text context");
-    // The encoder sees 3000 mel frames, halved by conv2's stride. Only the length of the
-    // stored encoder positions is used (they are recomputed as sinusoids).
-    d.n_audio_ctx = 1500;
+    // Only the length of the stored encoder positions is used (they are recomputed as sinusoids).
+    d.n_audio_ctx = kWhisperAudioContext;
     if (m.contains("encoder/position_encodings/encodings")) {
       const auto& enc_pos = m.get("encoder/position_encodings/encodings");
       if (enc_pos.shape.size() != 2)
@@ -127,6 +146,7 @@ inline WhisperWeights weights_from_ct2(const Ct2ModelBin& m) {
       d.n_audio_ctx = dim(enc_pos, 0, "audio context");
     }
   }
+  check_whisper_architecture(d, "model.bin");
   auto has_prefix = [&](const std::string& p) { return m.contains(p + "/ffn/linear_0/weight"); };
   d.n_audio_layer = detail::count_layers(has_prefix, "encoder/layer_");
   d.n_text_layer = detail::count_layers(has_prefix, "decoder/layer_");
@@ -192,6 +212,7 @@ inline WhisperWeights weights_from_ggml(const GgmlModel& g) {
   const GgmlHparams& h = g.hparams;
   d = {h.n_mels, h.n_audio_ctx, h.n_audio_state, h.n_audio_head, h.n_audio_layer, h.n_vocab,
        h.n_text_ctx, h.n_text_state, h.n_text_head, h.n_text_layer};
+  check_whisper_architecture(d, "ggml");
   if (d.n_audio_state != d.n_text_state || d.n_audio_state % d.n_audio_head || d.n_text_state % d.n_text_head)
     throw ModelError("ggml: inconsistent widths/heads in hparams");
   const std::int64_t D = d.n_audio_state;

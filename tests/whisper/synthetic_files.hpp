@@ -1,17 +1,21 @@
-// Writers of small synthetic input files for the Whisper tests and the loader fuzz harness:
-// CTranslate2 model.bin, whisper.cpp ggml, RIFF/WAVE, and a random-weight Whisper-shaped model
-// (d = 8, one layer each) in both model formats. Each *_bytes writer returns the Bytes with the
-// offsets of its integer header fields (what fuzz_loaders.cpp overwrites with extreme values);
-// the other names return the plain byte vector the tests parse.
+// Writers of small synthetic input files for the Whisper tests and the fuzz seed corpus
+// (tests/fuzz/make_seed_corpus.cpp): CTranslate2 model.bin, whisper.cpp ggml, RIFF/WAVE, a
+// byte-level vocabulary, and a random-weight Whisper-shaped model (one layer each) in both model
+// formats. The *_bytes writers return Bytes, to extend; the other names the byte vector to parse.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include <whisper/ggml_model.hpp>
+#include <whisper/tokenizer.hpp>
 
 #include "test_bytes.hpp"
 
@@ -19,6 +23,10 @@ namespace whisper_test {
 
 using polyattn::whisper::GgmlTensor;
 using polyattn::whisper::kGgmlMagic;
+
+// IEEE binary16 bits of f, rounded to nearest even (Eigen::half: clang before 15 has no _Float16
+// on x86).
+inline std::uint16_t half_bits(float f) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(f)); }
 
 // ---- CTranslate2 model.bin ----------------------------------------------------------
 
@@ -95,12 +103,8 @@ inline Bytes ggml_bytes(const std::vector<GgmlTensor>& tensors) {
     for (auto ne : t.ne) b.put<std::int32_t>(static_cast<std::int32_t>(ne));
     b.str(t.name);
     for (float f : t.data) {
-      if (t.type == 0) {
-        b.put(f);
-      } else {
-        const _Float16 h = static_cast<_Float16>(f);
-        b.raw(&h, 2);
-      }
+      if (t.type == 0) b.put(f);
+      else b.raw(std::array<std::uint16_t, 1>{half_bits(f)}.data(), 2);
     }
   }
   return b;
@@ -145,6 +149,29 @@ inline std::vector<std::uint8_t> pcm16(const std::vector<std::int16_t>& s) {
   Bytes b;
   for (auto v : s) b.put(v);
   return b.b;
+}
+
+// ---- vocabulary -----------------------------------------------------------------------
+
+// A byte-level vocabulary (CTranslate2's vocabulary files): the 256 byte tokens of GPT-2's
+// alphabet (each a code point below U+0144, so one or two UTF-8 bytes), then Whisper's special
+// tokens.
+inline std::vector<std::string> byte_level_vocabulary() {
+  std::vector<std::string> v;
+  for (const char32_t cp : polyattn::whisper::gpt2_byte_to_unicode()) {
+    std::string s;
+    if (cp < 0x80) {
+      s += static_cast<char>(cp);
+    } else {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    v.push_back(s);
+  }
+  for (const char* s : {"<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|translate|>", "<|transcribe|>",
+                        "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>", "<|0.00|>", "<|0.02|>"})
+    v.push_back(s);
+  return v;
 }
 
 // ---- random-weight Whisper-shaped model (PyTorch names, then ggml and CT2 forms) ----
@@ -300,6 +327,26 @@ inline std::vector<Ct2Var> tiny_ct2_vars(const std::vector<TinyTensor>& tensors)
   for (const std::string name : {"encoder/num_heads", "decoder/num_heads"})
     out.push_back({name, {}, 2, raw<std::int16_t>({2})});
   return out;
+}
+
+// A ggml Whisper model (d = 8, vocabulary 51864, English-only special ids) whose logits are the
+// same at every step: decoder.ln maps every state to ones (gamma 0, beta 1), so the logit of a
+// token is the sum of its embedding row. Token 1 ("b") sums to 16, above every random row (eight
+// entries below 1.5 in magnitude); <|endoftext|> (50256) sums to `eot_sum`: below 16 it is never
+// sampled, above it ends every window at its second token (the first step suppresses it).
+inline std::vector<std::uint8_t> fixed_output_ggml(float eot_sum) {
+  constexpr int n_vocab = 51864, d = 8, b = 1, eot = 50256;
+  Rng rng(21);
+  std::vector<TinyTensor> tensors = tiny_pytorch_model(rng, n_vocab, d);
+  for (TinyTensor& t : tensors) {
+    if (t.name == "decoder.ln.weight") std::fill(t.data.begin(), t.data.end(), 0.0f);
+    if (t.name == "decoder.ln.bias") std::fill(t.data.begin(), t.data.end(), 1.0f);
+    if (t.name == "decoder.token_embedding.weight") {  // (n_vocab, d)
+      std::fill_n(t.data.begin() + b * d, d, 2.0f);
+      std::fill_n(t.data.begin() + eot * d, d, eot_sum / d);
+    }
+  }
+  return tiny_ggml(tensors, n_vocab, d);
 }
 
 // The model.bin's one alias: the output projection is tied to the token embedding.

@@ -1,5 +1,5 @@
 // Little-endian byte writer and deterministic random numbers for building test files.
-// Free of doctest so that the fuzz harness (fuzz_loaders.cpp) shares them with the tests.
+// Free of doctest so that the fuzz seed generator and harnesses (tests/fuzz) share them.
 #pragma once
 
 #include <cstddef>
@@ -13,17 +13,10 @@ namespace whisper_test {
 
 struct Bytes {
   std::vector<std::uint8_t> b;
-  // (offset, size) of every integer written by put(): the header fields (sizes, counts,
-  // ranks, dimensions, tags). The fuzz harness overwrites exactly these with extreme values;
-  // payload written as floats or raw bytes is not listed.
-  struct Field {
-    std::size_t offset, size;
-  };
-  std::vector<Field> fields;
 
   template <class T>
   Bytes& put(T v) {
-    if constexpr (std::is_integral_v<T>) fields.push_back({b.size(), sizeof(T)});
+    static_assert(std::is_trivially_copyable_v<T>, "Bytes::put writes the object representation");
     const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
     b.insert(b.end(), p, p + sizeof(T));
     return *this;

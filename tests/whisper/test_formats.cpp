@@ -8,6 +8,7 @@
 #include <whisper/weights.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "synthetic_files.hpp"
@@ -31,13 +32,11 @@ TEST_SUITE("ct2") {
     CHECK(half_to_float(0x7C00) == std::numeric_limits<float>::infinity());
     CHECK(std::isnan(half_to_float(0x7E00)));
     CHECK(bfloat16_to_float(0x3F80) == 1.0f);
-    // Every finite half round-trips through float exactly (float -> half by rounding).
+    // Every finite half round-trips through float exactly (float -> half by Eigen's rounding).
     for (std::uint32_t h = 0; h < 0x10000; ++h) {
       const float f = half_to_float(static_cast<std::uint16_t>(h));
       if (!std::isfinite(f)) continue;
-      const _Float16 back = static_cast<_Float16>(f);
-      std::uint16_t bits;
-      std::memcpy(&bits, &back, 2);
+      const std::uint16_t bits = whisper_test::half_bits(f);
       if (bits != h) FAIL("half " << h << " -> " << f << " -> " << bits);
     }
   }
@@ -125,6 +124,40 @@ TEST_SUITE("ct2") {
                          ModelError);
   }
 
+  TEST_CASE("shape products are checked, never wrapped (issue 11, bug 3)") {
+    // 4323 x 7623851 x 1119412321 = 2 * 2^64 + 1: the unchecked 64-bit product wrapped to one
+    // element, so four bytes of data loaded as a tensor of that shape (and numel() overflowed).
+    CHECK_THROWS_WITH_AS(Ct2ModelBin::parse(write_ct2({{"x", {4323, 7623851, 1119412321}, 0, raw<float>({1})}}, {})),
+                         doctest::Contains("'x' has shape [4323, 7623851, 1119412321]"), FormatError);
+    // 2^20 x 2^20 x 2^24 = 2^64 wrapped to zero elements, which zero bytes matched.
+    CHECK_THROWS_WITH_AS(Ct2ModelBin::parse(write_ct2({{"x", {1u << 20, 1u << 20, 1u << 24}, 0, {}}}, {})),
+                         doctest::Contains("[1048576, 1048576, 16777216]"), FormatError);
+    // A zero-volume shape whose product fits is a valid empty tensor.
+    const Ct2ModelBin empty = Ct2ModelBin::parse(write_ct2({{"x", {1u << 20, 0, 1u << 24}, 0, {}}}, {}));
+    CHECK(empty.get("x").numel() == 0);
+    CHECK(empty.get("x").values.empty());
+  }
+
+  TEST_CASE("the audio context is Whisper's 1500 frames before anything is sized from it (issue 11, bug 2)") {
+    // A zero-volume encoder-position tensor [2^20, 0] passes the parser's byte count. It used to
+    // set n_audio_ctx = 2^20 and size the sinusoids (1.6 GB at d = 384) and the cross caches.
+    whisper_test::Rng rng(3);
+    const auto good = whisper_test::tiny_ct2_vars(whisper_test::tiny_pytorch_model(rng, 300, 8));
+    auto load = [](const std::vector<whisper_test::Ct2Var>& vars) {
+      return weights_from_ct2(Ct2ModelBin::parse(whisper_test::ct2_bytes(vars, whisper_test::kTinyCt2Aliases).b));
+    };
+    auto with_positions = [&](std::uint32_t frames, std::uint32_t d) {
+      auto vars = good;
+      for (auto& v : vars)
+        if (v.name == "encoder/position_encodings/encodings")
+          v = {v.name, {frames, d}, 0, std::vector<std::uint8_t>(std::size_t{frames} * d * 4)};
+      return vars;
+    };
+    CHECK_THROWS_WITH_AS(load(with_positions(1u << 20, 0)), doctest::Contains("audio context = 1048576"), ModelError);
+    CHECK_THROWS_WITH_AS(load(with_positions(1501, 8)), doctest::Contains("audio context = 1501"), ModelError);
+    CHECK(load(with_positions(1500, 8)).encoder_positions.rows() == 1500);
+  }
+
   TEST_CASE("real tiny.en model directory") {
     const std::string dir = whisper_test::model_dir();
     if (!whisper_test::have_file(dir + "/model.bin")) return;
@@ -187,7 +220,7 @@ TEST_SUITE("ggml") {
     GgmlTensor a{"encoder.conv1.weight", {3, 4, 2}, 0, {}};
     GgmlTensor b{"decoder.token_embedding.weight", {4, 5}, 1, {}};
     for (int i = 0; i < 24; ++i) a.data.push_back(rng.normal_ish());
-    for (int i = 0; i < 20; ++i) b.data.push_back(static_cast<float>(static_cast<_Float16>(rng.normal_ish())));
+    for (int i = 0; i < 20; ++i) b.data.push_back(half_to_float(whisper_test::half_bits(rng.normal_ish())));
     const auto bytes = write_ggml({a, b});
     const GgmlModel m = parse_ggml(bytes);
     CHECK(m.hparams.n_vocab == 50300);
@@ -222,5 +255,28 @@ TEST_SUITE("ggml") {
     CHECK_THROWS_WITH_AS(parse_ggml(bad), doctest::Contains("bad magic"), FormatError);
     GgmlTensor q{"x", {2}, 2, {0, 0}};  // Q4_0
     CHECK_THROWS_AS(parse_ggml(write_ggml({q})), UnsupportedError);
+  }
+
+  TEST_CASE("tensor element counts are checked, never wrapped (issue 11, bug 3)") {
+    // 4323 x 7623851 x 1119412321 = 2 * 2^64 + 1 wrapped to one element: one float loaded as
+    // a tensor of that shape. 2^20 x 2^20 x 2^24 = 2^64 wrapped to an empty one.
+    GgmlTensor one{"x", {4323, 7623851, 1119412321}, 0, {1.0f}};
+    CHECK_THROWS_WITH_AS(parse_ggml(write_ggml({one})), doctest::Contains("[1119412321, 7623851, 4323]"), FormatError);
+    GgmlTensor none{"x", {1 << 20, 1 << 20, 1 << 24}, 0, {}};
+    CHECK_THROWS_WITH_AS(parse_ggml(write_ggml({none})), doctest::Contains("'x'"), FormatError);
+  }
+
+  TEST_CASE("hparams must fit Whisper's architecture before anything is sized from them (issue 11, bug 2)") {
+    // n_audio_ctx = 2^20 in the header used to size the sinusoids (and later the cross caches).
+    whisper_test::Rng rng(4);
+    const auto tensors = whisper_test::tiny_pytorch_model(rng, 300, 8);
+    auto with_audio_ctx = [&](std::int32_t n_audio_ctx) {
+      whisper_test::Bytes b = whisper_test::tiny_ggml_bytes(tensors, 300, 8);
+      std::memcpy(b.b.data() + 8, &n_audio_ctx, 4);  // after the magic and n_vocab
+      return parse_ggml(b.b);
+    };
+    CHECK_THROWS_WITH_AS(weights_from_ggml(with_audio_ctx(1 << 20)), doctest::Contains("audio context = 1048576"), ModelError);
+    CHECK_THROWS_WITH_AS(weights_from_ggml(with_audio_ctx(1499)), doctest::Contains("audio context = 1499"), ModelError);
+    CHECK(weights_from_ggml(with_audio_ctx(1500)).encoder_positions.rows() == 1500);
   }
 }

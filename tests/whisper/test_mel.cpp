@@ -105,7 +105,6 @@ TEST_SUITE("mel") {
     CHECK(s.window_starts() == std::vector<int>{0, 3000, 6000});
     CHECK(s.window(6000).cols() == 3000);
     CHECK_THROWS_AS(s.window(6500), Error);
-    CHECK(s.window(6000) == s.mel.middleCols(6000, 3000));
     // Frames past the audio are the log-mel of silence: the floor, max - 8, normalised.
     CHECK(((s.window(6000).rightCols(2400).array() - (s.mel.maxCoeff() - 2.0f)).abs() < 1e-5f).all());
     const WhisperSpectrogram empty = whisper_spectrogram({}, filters);
@@ -114,5 +113,24 @@ TEST_SUITE("mel") {
     std::vector<float> bad(1000, 0.0f);
     bad[5] = std::nanf("");
     CHECK_THROWS_AS(log_mel_spectrogram(bad, filters), Error);
+  }
+
+  TEST_CASE("window(seek) holds the recording's frames from seek on") {
+    // A click at sample 160 f is at the centre of mel frame f (Hann weight 1) and 160 samples
+    // from the centres of frames f - 1 and f + 1 (weight 0.095): the loudest column of each
+    // window must be the frame its click was placed in, counted from the window's start.
+    std::vector<float> x(16000 * 65, 0.0f);
+    const int clicks[] = {1234, 3000 + 100, 6000 + 250};  // one per 30 s window
+    for (const int f : clicks) x[static_cast<std::size_t>(160 * f)] = 0.5f;
+    const WhisperSpectrogram s = whisper_spectrogram(x, mel_filters_slaney(16000, 400, 80));
+    REQUIRE(s.window_starts() == std::vector<int>{0, 3000, 6000});
+    for (const int seek : s.window_starts()) {
+      CAPTURE(seek);
+      const RowMatrixXf w = s.window(seek);
+      REQUIRE(w.cols() == 3000);
+      Eigen::Index loudest = -1;
+      w.colwise().sum().maxCoeff(&loudest);
+      CHECK(seek + loudest == clicks[seek / 3000]);
+    }
   }
 }

@@ -4,6 +4,7 @@
 #include <whisper/policies.hpp>
 #include <whisper/wav.hpp>
 
+#include <filesystem>
 #include <map>
 #include <numbers>
 
@@ -213,5 +214,38 @@ TEST_SUITE("model") {
     misshapen[3].shape = {d / 2, 2};
     CHECK_THROWS_WITH_AS(weights_from_ggml(parse_ggml(tiny_ggml(misshapen, n_vocab, d))),
                          doctest::Contains("encoder.conv2.bias"), ModelError);
+  }
+}
+
+TEST_SUITE("model") {
+  TEST_CASE("a window that fills the text context without end-of-text is reported as cut (issue 11, bug 7)") {
+    // fixed_output_ggml: the same token wins every step; with eot_sum -16 <|endoftext|> never does,
+    // with 24 it ends each window at its second step.
+    auto load = [](float eot_sum, const std::string& name) {
+      const std::string path = whisper_test::temp_path(name);
+      whisper_test::write_file(path, whisper_test::fixed_output_ggml(eot_sum));
+      const WhisperModel model = WhisperModel::load_ggml_file(path);
+      std::filesystem::remove(path);
+      return model;
+    };
+    const WhisperModel never_ends = load(-16.0f, "never_ends.ggml.bin"), ends = load(24.0f, "ends.ggml.bin");
+    REQUIRE(never_ends.rules().max_length == 448);
+    // 31 s: two windows, decoded one at a time and together.
+    const std::vector<std::vector<float>> audio{std::vector<float>(16000 * 31, 0.0f)};
+    for (int batch : {1, 2}) {
+      CAPTURE(batch);
+      const Transcription cut = never_ends.transcribe(std::span<const std::vector<float>>(audio), {.batch = batch, .threads = 1});
+      const Transcript& t = cut.files.front();
+      CHECK(t.windows == 2);
+      CHECK(t.cut_windows == std::vector<int>{0, 1});
+      CHECK(cut.report.windows_cut == 2);
+      // Each window holds the 2 prompt tokens and 446 sampled ones: the 448-token context.
+      CHECK(t.tokens == std::vector<int>(2 * 446, 1));
+      CHECK(t.text == std::string(2 * 446, 'b'));
+    }
+    const Transcription whole = ends.transcribe(std::span<const std::vector<float>>(audio), {.batch = 2, .threads = 1});
+    CHECK(whole.files.front().tokens == std::vector<int>{1, 1});  // one token per window, then end-of-text
+    CHECK(whole.files.front().cut_windows.empty());
+    CHECK(whole.report.windows_cut == 0);
   }
 }

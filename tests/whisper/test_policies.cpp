@@ -130,7 +130,7 @@ TEST_SUITE("espeak") {
     const std::string dir = whisper_test::model_dir();
     if (!whisper_test::have_file(dir + "/model.bin")) return;
     if (std::system("command -v espeak-ng >/dev/null 2>&1") != 0) {
-      MESSAGE("skipped: espeak-ng is not installed (apt-get install espeak-ng)");
+      whisper_test::skip_or_fail("espeak-ng is not installed (apt-get install espeak-ng)");
       return;
     }
     std::vector<std::string> sentences = {

@@ -46,6 +46,20 @@ TEST_SUITE("tokenizer") {
     CHECK(sanitize_utf8("\xED\xA0\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
   }
 
+  TEST_CASE("a ggml n_vocab beyond Whisper's vocabularies is refused before it sizes the tokenizer (fuzz finding)") {
+    // fuzz.tokenizer: n_vocab = 838912665 (from a 51-byte input) named that many tokens: 133 MB
+    // before the allocation budget stopped it; the file's header bounds n_vocab only by 2^20.
+    const std::vector<std::string> raw = {"a", " b"};
+    for (const int n_vocab : {51867, 100000}) {
+      CAPTURE(n_vocab);
+      CHECK_THROWS_WITH_AS(Tokenizer::from_raw_bytes(raw, n_vocab), doctest::Contains(("n_vocab " + std::to_string(n_vocab)).c_str()), FormatError);
+    }
+    const Tokenizer v3 = Tokenizer::from_raw_bytes(raw, 51866);  // large-v3: 100 languages
+    CHECK(v3.size() == 51866);
+    CHECK(v3.special().sot == 50258);
+    CHECK(v3.token(v3.special().no_timestamps) == "<|notimestamps|>");
+  }
+
   TEST_CASE("ggml vocabulary: whisper.cpp special ids; agrees with the CT2 vocabulary") {
     const std::string path = whisper_test::data_file("for-tests-ggml-tiny.en.bin");
     if (!whisper_test::have_file(path)) return;

@@ -2,7 +2,9 @@
 
 #include <whisper/wav.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "synthetic_files.hpp"
@@ -78,6 +80,30 @@ TEST_SUITE("wav") {
     CHECK(max_err < 2e-3);
   }
 
+  TEST_CASE("an odd sample rate costs time, not a 103 MB table (fuzz finding)") {
+    // fuzz.wav: a 48-byte WAV at 767999 Hz made the resampler tabulate 16000 phases of 1619 taps
+    // (103 MB). Such rates compute each output's weights; common rates keep the table.
+    CHECK(PolyphaseKernel(16000, 767999).table_floats() == 0);
+    CHECK(PolyphaseKernel(160, 441).table_floats() == 160 * 95);  // 44.1 kHz -> 16 kHz
+    const PolyphaseKernel table(160, 441), computed(160, 441, 0);
+    REQUIRE(computed.table_floats() == 0);
+    std::vector<float> a, b;
+    for (int phase = 0; phase < 160; ++phase) {
+      CAPTURE(phase);
+      CHECK(std::ranges::equal(table.weights(phase, a), computed.weights(phase, b)));
+    }
+    // A 1 kHz tone through the computed weights: 0.05 s at 767999 Hz.
+    constexpr int kIn = 767999;
+    std::vector<float> in(38400);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(std::sin(2 * std::numbers::pi * 1000.0 * i / kIn));
+    const std::vector<float> out = resample(in, kIn, 16000);
+    REQUIRE(out.size() == 801);  // ceil(38400 * 16000 / 767999)
+    double max_err = 0;
+    for (std::size_t n = 100; n + 100 < out.size(); ++n)
+      max_err = std::max(max_err, std::abs(out[n] - std::sin(2 * std::numbers::pi * 1000.0 * n / 16000.0)));
+    CHECK(max_err < 2e-3);
+  }
+
   TEST_CASE("unsupported formats are refused by name") {
     CHECK_THROWS_AS(parse_wav(make_wav(2, 1, 16000, 16, pcm16({1}))), UnsupportedError);  // ADPCM
     CHECK_THROWS_WITH_AS(parse_wav(make_wav(1, 1, 16000, 12, {0, 0})), doctest::Contains("12-bit"), UnsupportedError);
@@ -109,6 +135,26 @@ TEST_SUITE("wav") {
       }
     }
     CHECK_THROWS_AS(load_wav_16k_mono(whisper_test::temp_path("does-not-exist.wav")), IoError);
+  }
+
+  TEST_CASE("a float64 sample beyond float's range is refused, not made infinite (fuzz finding)") {
+    // fuzz.wav: -1e300 is a finite double, so the finiteness check passed and the sample became
+    // -inf when stored as float.
+    for (const double big : {-1e300, 1e39}) {
+      CAPTURE(big);
+      Bytes d;
+      d.put(0.25).put(big);
+      CHECK_THROWS_WITH_AS(parse_wav(make_wav(3, 1, 16000, 64, d.b)), doctest::Contains("sample 1 of channel 0"), FormatError);
+    }
+    // The largest float is still a float, and so is the mean of two of them (summed in float, it
+    // was infinite).
+    const float top = std::numeric_limits<float>::max();
+    Bytes edge;
+    edge.put(static_cast<double>(top)).put(-static_cast<double>(top));
+    CHECK(parse_wav(make_wav(3, 1, 16000, 64, edge.b)).samples == std::vector<float>{top, -top});
+    Bytes stereo;
+    stereo.put(top).put(top);
+    CHECK(parse_wav(make_wav(3, 2, 16000, 32, stereo.b)).samples == std::vector<float>{top});
   }
 
   TEST_CASE("jfk.wav") {

@@ -1,0 +1,59 @@
+// The `whisper` command line on synthetic files: what it tells the user besides the transcript.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "synthetic_files.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+struct CliRun {
+  int status;
+  std::string out, err;
+};
+
+// Runs the CLI (POLYATTN_WHISPER_CLI, set by CMake) with `args`, capturing stdout and stderr.
+CliRun run_cli(const std::string& args) {
+  const std::string out = whisper_test::temp_path("cli_stdout.txt"), err = whisper_test::temp_path("cli_stderr.txt");
+  const int status = std::system((std::string(POLYATTN_WHISPER_CLI) + " " + args + " >" + out + " 2>" + err).c_str());
+  auto slurp = [](const std::string& path) {
+    std::ostringstream s;
+    s << std::ifstream(path).rdbuf();
+    std::filesystem::remove(path);
+    return s.str();
+  };
+  return {status, slurp(out), slurp(err)};
+}
+
+}  // namespace
+
+TEST_SUITE("cli") {
+  TEST_CASE("the CLI says which windows were cut at the text context (issue 11, bug 7)") {
+    // fixed_output_ggml(-16) never samples <|endoftext|>; fixed_output_ggml(24) ends each window.
+    const std::string never_ends = whisper_test::temp_path("cli_never_ends.ggml.bin"),
+                      ends = whisper_test::temp_path("cli_ends.ggml.bin"), wav = whisper_test::temp_path("cli_silence.wav");
+    whisper_test::write_file(never_ends, whisper_test::fixed_output_ggml(-16.0f));
+    whisper_test::write_file(ends, whisper_test::fixed_output_ggml(24.0f));
+    whisper_test::write_file(wav, whisper_test::make_wav(1, 1, 16000, 16, whisper_test::pcm16(std::vector<std::int16_t>(16000, 0))));
+
+    const CliRun cut = run_cli("--threads 1 --model " + never_ends + " --audio " + wav);
+    INFO("stderr:\n" << cut.err);
+    CHECK(cut.status == 0);
+    CHECK(cut.out == wav + ":" + std::string(446, 'b') + "\n");
+    CHECK(cut.err.find("warning: " + wav + ": window 1/1 (from 0 s) filled the 448-token text context without end-of-text: "
+                       "its text is cut there") != std::string::npos);
+    CHECK(cut.err.find("1 of 1 window(s) cut at the text context") != std::string::npos);
+
+    const CliRun whole = run_cli("--threads 1 --model " + ends + " --audio " + wav);
+    CHECK(whole.status == 0);
+    CHECK(whole.out == wav + ":b\n");
+    CHECK(whole.err.find("text context") == std::string::npos);
+    for (const auto& f : {never_ends, ends, wav}) std::filesystem::remove(f);
+  }
+}
