@@ -11,6 +11,7 @@
 // the projections inside the library's cross-attention run on the CPU whatever the backend.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,6 +45,9 @@ class Backend {
   virtual bool exact(const std::string& self, const std::string& cross) const = 0;
   virtual Transcription transcribe(const WhisperModel& model, const std::string& self, const std::string& cross,
                                    std::span<const std::vector<float>> files, const TranscribeOptions& opt) const = 0;
+  // The most device memory this process's buffers held at once (weights, caches, activations),
+  // in bytes; 0 where the backend has no device.
+  virtual std::size_t device_peak_bytes() const { return 0; }
 };
 
 // A Backend over the combinations of one TypeList; the executor is part of each policy's type.

@@ -26,6 +26,7 @@ class CudaBackend final : public PolicyBackend<CudaDecoderCombinations> {
       throw Error("--device cuda: no usable CUDA device (" + reason + "); use --device cpu");
   }
   std::unique_ptr<Dense> make_dense() const override { return std::make_unique<CublasDense>(); }
+  std::size_t device_peak_bytes() const override { return exec::cuda::device_bytes_peak(); }
 };
 
 }  // namespace

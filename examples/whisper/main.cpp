@@ -44,7 +44,7 @@ namespace pw = polyattn::whisper;
                "  --threads N: Eigen and CPU attention threads (default: all)\n"
                "  --batch N: 30 s windows decoded at once (default 16; all files' windows share the batch)\n"
                "  --tokens: after each transcript, print the sampled token ids as 'FILE:tokens: ID ID ...'\n",
-               argv0, argv0, cuda ? "Not yet run on a GPU." : "Not in this executable: whisper_cuda (built when nvcc is found) has it.",
+               argv0, argv0, cuda ? "" : "Not in this executable: whisper_cuda (built when nvcc is found) has it.",
                pw::cpu_backend().available_policies().c_str(), cuda_policies.c_str());
   std::exit(2);
 }
@@ -209,6 +209,9 @@ int main(int argc, char** argv) {
     print_cache("self ", self, r.peak.self, "token");
     print_cache("cross", cross, r.peak.cross, "frame");
     std::fprintf(stderr, "  peak memory (max resident set): %.1f MiB\n", peak_rss_mib());
+    if (const std::size_t device = backend->device_peak_bytes(); device > 0)
+      std::fprintf(stderr, "  peak device memory (polyattn buffers: weights, caches, activations; not cuBLAS or the context): %s\n",
+                   megabytes(device).c_str());
     return failures ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -13,13 +15,33 @@
 namespace polyattn::exec::cuda {
 
 namespace detail {
+/// Bytes of device memory held by polyattn's DeviceBuffers in this process, now and at the most
+/// (what a policy costs on the GPU; cuBLAS workspaces and the CUDA context are not counted).
+struct DeviceBytes {
+  static inline std::atomic<std::size_t> held{0}, peak{0};
+  static void add(std::size_t bytes) {
+    const std::size_t now = held.fetch_add(bytes) + bytes;
+    std::size_t seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+    }
+  }
+  static void remove(std::size_t bytes) { held.fetch_sub(bytes); }
+};
+
 struct DeviceFree {
-  static void release(void* p) { cudaFree(p); }
-  static cudaError_t allocate(void** p, std::size_t bytes) { return cudaMalloc(p, bytes); }
+  static void release(void* p, std::size_t bytes) {
+    cudaFree(p);
+    DeviceBytes::remove(bytes);
+  }
+  static cudaError_t allocate(void** p, std::size_t bytes) {
+    const cudaError_t code = cudaMalloc(p, bytes);
+    if (code == cudaSuccess) DeviceBytes::add(bytes);
+    return code;
+  }
   static constexpr const char* what = "cudaMalloc";
 };
 struct PinnedFree {
-  static void release(void* p) { cudaFreeHost(p); }
+  static void release(void* p, std::size_t) { cudaFreeHost(p); }
   static cudaError_t allocate(void** p, std::size_t bytes) { return cudaMallocHost(p, bytes); }
   static constexpr const char* what = "cudaMallocHost";
 };
@@ -60,7 +82,7 @@ class Buffer {
 
  private:
   void free() {
-    if (data_) Memory::release(data_);
+    if (data_) Memory::release(data_, size_ * sizeof(T));
     data_ = nullptr;
     size_ = 0;
   }
@@ -69,6 +91,10 @@ class Buffer {
   std::size_t size_ = 0;
 };
 }  // namespace detail
+
+/// Bytes held by DeviceBuffers now, and the most held at once since the process started.
+inline std::size_t device_bytes_held() { return detail::DeviceBytes::held.load(); }
+inline std::size_t device_bytes_peak() { return detail::DeviceBytes::peak.load(); }
 
 /// Device memory (cudaMalloc).
 template <class T>
