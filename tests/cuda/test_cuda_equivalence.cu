@@ -31,6 +31,7 @@
 #include <polyattn/variants/x_cache.hpp>
 
 #include "support/attend_limits.hpp"
+#include "support/attend_spec.hpp"
 #include "support/cross_scenarios.hpp"
 #include "support/cuda_device.hpp"
 #include "support/dense_oracle.hpp"
@@ -223,7 +224,8 @@ namespace {
 /// A store of one or two tensors filled with random rows, queried through `spec` by both
 /// executors; sequences grow between calls so the mirror is updated incrementally.
 template <class Layout>
-void check_spec_against_reference(const std::vector<TensorSpec>& tensors, const AttendSpec& spec) {
+void check_spec_against_reference(const std::vector<TensorSpec>& tensors, const AttendSpec& spec,
+                                  exec::Cuda::Kernel kernel = exec::Cuda::Kernel::automatic) {
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   CacheStore<Layout, float> store(tensors, {.max_sequences = 3, .capacity = 700, .poison_unused = true});
@@ -236,6 +238,7 @@ void check_spec_against_reference(const std::vector<TensorSpec>& tensors, const 
           for (int i = 0; i < tensors[std::size_t(t)].dim; ++i) store.row(t, seq, token, h)[i] = dist(rng);
   };
   exec::Cuda cuda;
+  cuda.set_kernel(kernel);
   exec::Reference reference;
   const std::size_t q_row = std::size_t(spec.query_heads()) * spec.key_dim, out_row = std::size_t(spec.query_heads()) * spec.value_dim;
   for (int round = 0; round < 3; ++round) {
@@ -253,26 +256,12 @@ void check_spec_against_reference(const std::vector<TensorSpec>& tensors, const 
     reference.attend(std::as_const(store), spec, jobs_ref);
     double worst = 0;
     for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
-    INFO(Layout::name(), " round ", round, " key_dim ", spec.key_dim, " value_dim ", spec.value_dim, " group ", spec.group);
+    INFO(Layout::name(), " round ", round, " key_dim ", spec.key_dim, " value_dim ", spec.value_dim, " group ", spec.group,
+         kernel == exec::Cuda::Kernel::general ? " (general kernel)" : "");
     // Scores are scaled by `scale`, not 1/sqrt(key_dim): widen the score term accordingly.
     const double ds_scale = double(spec.scale) * std::sqrt(double(spec.key_dim));
     CHECK(worst <= std::max(1.0, ds_scale) * fp32_attention_tolerance(spec.key_dim, store.length(a)));
   }
-}
-
-AttendSpec spec_of(int cache_heads, int group, int key_tensor, int key_offset, int key_dim, int value_tensor, int value_offset,
-                   int value_dim) {
-  AttendSpec s;
-  s.cache_heads = cache_heads;
-  s.group = group;
-  s.key_tensor = key_tensor;
-  s.key_offset = key_offset;
-  s.key_dim = key_dim;
-  s.value_tensor = value_tensor;
-  s.value_offset = value_offset;
-  s.value_dim = value_dim;
-  s.scale = 1.0f / std::sqrt(float(key_dim));
-  return s;
 }
 
 }  // namespace
@@ -281,15 +270,30 @@ TEST_CASE_TEMPLATE("cuda: the attend primitive matches the Reference executor fo
                        doctest::skip(kNoDevice),
                    Layout, Nhd, Hnd, Paged<16>, Paged<7>) {
   // K-only cache (slim attention option 2): keys and values are the same rows.
-  check_spec_against_reference<Layout>({{2, 40}}, spec_of(2, 3, 0, 0, 40, 0, 0, 40));
+  check_spec_against_reference<Layout>({{2, 40}}, attend_spec(2, 3, 0, 0, 40, 0, 0, 40));
   // Column offsets, and a group of 11 query heads per cache head (two tiles of 8).
-  check_spec_against_reference<Layout>({{2, 40}, {2, 50}}, spec_of(2, 11, 0, 3, 30, 1, 7, 37));
+  check_spec_against_reference<Layout>({{2, 40}, {2, 50}}, attend_spec(2, 11, 0, 3, 30, 1, 7, 37));
   // X-cache: one shared head holding x (d_model 384) for 6 query heads; rows wider than 256.
-  check_spec_against_reference<Layout>({{1, 384}}, spec_of(1, 6, 0, 0, 384, 0, 0, 384));
+  check_spec_against_reference<Layout>({{1, 384}}, attend_spec(1, 6, 0, 0, 384, 0, 0, 384));
   // MLA absorbed decode: keys = latent | rope (512 + 64), values = the latent, 16 heads.
-  check_spec_against_reference<Layout>({{1, 576}}, spec_of(1, 16, 0, 0, 576, 0, 0, 512));
+  check_spec_against_reference<Layout>({{1, 576}}, attend_spec(1, 16, 0, 0, 576, 0, 0, 512));
   // Widest rows: a query tile above 48 KiB of shared memory, values in 8 column slots.
-  check_spec_against_reference<Layout>({{1, 1600}}, spec_of(1, 2, 0, 0, 1600, 0, 500, 1100));
+  check_spec_against_reference<Layout>({{1, 1600}}, attend_spec(1, 2, 0, 0, 1600, 0, 500, 1100));
+  // Shapes the tiled kernel takes (tile_plan.hpp): MHA's separate key and value tensors; heads
+  // packed in one row (key_group_stride, slim K-only option 2); 20 heads on one cache head (a
+  // tile of 16 and a tile of 4).
+  check_spec_against_reference<Layout>({{2, 64}, {2, 64}}, attend_spec(2, 1, 0, 0, 64, 1, 0, 64));
+  check_spec_against_reference<Layout>({{1, 128}}, attend_spec(1, 4, 0, 0, 32, 0, 0, 128, 32));
+  check_spec_against_reference<Layout>({{1, 64}, {1, 64}}, attend_spec(1, 20, 0, 0, 64, 1, 0, 64));
+}
+
+TEST_CASE_TEMPLATE("cuda: the general kernel, forced, matches the Reference executor where the tiled one would run" *
+                       doctest::skip(kNoDevice),
+                   Layout, Nhd, Paged<7>) {
+  const auto general = exec::Cuda::Kernel::general;
+  check_spec_against_reference<Layout>({{2, 40}}, attend_spec(2, 3, 0, 0, 40, 0, 0, 40), general);
+  check_spec_against_reference<Layout>({{1, 576}}, attend_spec(1, 16, 0, 0, 576, 0, 0, 512), general);
+  check_spec_against_reference<Layout>({{2, 64}, {2, 64}}, attend_spec(2, 1, 0, 0, 64, 1, 0, 64), general);
 }
 
 TEST_CASE("cuda: unsupported specs are refused with a clear error" * doctest::skip(kNoDevice)) {
@@ -299,9 +303,9 @@ TEST_CASE("cuda: unsupported specs are refused with a clear error" * doctest::sk
   std::vector<float> q(4096), out(4096);
   const QueryJob job{seq, 1, q.data(), out.data()};
   exec::Cuda cuda;
-  CHECK_THROWS_WITH_AS(cuda.attend(std::as_const(store), spec_of(1, 1, 0, 0, 4096, 0, 0, 8), std::span(&job, 1)),
+  CHECK_THROWS_WITH_AS(cuda.attend(std::as_const(store), attend_spec(1, 1, 0, 0, 4096, 0, 0, 8), std::span(&job, 1)),
                        doctest::Contains("key_dim 4096"), ShapeError);
-  CHECK_THROWS_WITH_AS(cuda.attend(std::as_const(store), spec_of(1, 1, 0, 4000, 100, 0, 0, 8), std::span(&job, 1)),
+  CHECK_THROWS_WITH_AS(cuda.attend(std::as_const(store), attend_spec(1, 1, 0, 4000, 100, 0, 0, 8), std::span(&job, 1)),
                        doctest::Contains("do not fit a cached row of 4096"), ShapeError);
 }
 

@@ -33,6 +33,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <optional>
 #include <vector>
 
 #include "polyattn/core/attend.hpp"
@@ -40,6 +41,7 @@
 #include "polyattn/exec/cuda/cuda_error.cuh"
 #include "polyattn/exec/cuda/device_layout.hpp"
 #include "polyattn/exec/cuda/device_memory.cuh"
+#include "polyattn/exec/cuda/attend_tiles.cuh"
 #include "polyattn/exec/cuda/kernels.cuh"
 #include "polyattn/exec/cuda/mirror_plan.hpp"
 
@@ -102,6 +104,12 @@ class Cuda {
   }
 
   int device() const { return device_; }
+
+  /// Which decode kernel runs: the tiled one wherever plan_tiles accepts the call (the default),
+  /// or always the general one (to compare the two, in tests and benchmarks).
+  enum class Kernel { automatic, general };
+  void set_kernel(Kernel kernel) { kernel_ = kernel; }
+  Kernel kernel() const { return kernel_; }
   /// GPU time of the last attend's kernels (attend_chunks + merge_chunks), without copies.
   double last_kernel_seconds() const { return last_kernel_seconds_; }
   /// Device bytes held for the cache mirror.
@@ -256,7 +264,13 @@ class Cuda {
       std::memcpy(queries_.data() + std::size_t(j) * q_row, job.query, q_row * sizeof(float));
       max_visible = std::max(max_visible, job.visible);
     }
-    const int group_tiles = (spec.group + cuda::kGroupTile - 1) / cuda::kGroupTile;
+    // The tiled kernel where the call fits it (tile_plan.hpp), else the general one.
+    std::vector<int> row_dims;
+    for (const TensorSpec& t : geometry_.tensors) row_dims.push_back(t.dim);
+    const std::optional<cuda::TileShape> tiles =
+        kernel_ == Kernel::automatic ? cuda::plan_tiles(spec, row_dims, sizeof(T)) : std::nullopt;
+    const int group_tile = tiles ? tiles->group_tile : cuda::kGroupTile;
+    const int group_tiles = (spec.group + group_tile - 1) / group_tile;
     const cuda::ChunkPlan plan = cuda::plan_chunks(n, spec.cache_heads * group_tiles, max_visible, sm_count_);
     const std::size_t partials = std::size_t(n) * std::size_t(query_heads) * std::size_t(plan.max_chunks);
     states_device_.reserve(partials);
@@ -274,17 +288,28 @@ class Cuda {
                                       queries_device_.data(), plan.chunk_tokens, plan.max_chunks,
                                       states_device_.data(),  acc_device_.data()};
     const dim3 grid(unsigned(n), unsigned(spec.cache_heads * group_tiles), unsigned(plan.max_chunks));
-    const std::size_t shared = std::size_t(cuda::kGroupTile) * spec.key_dim * sizeof(float);
-    const int col_slots = (spec.value_dim + cuda::kThreads - 1) / cuda::kThreads;
     start_.record(stream_);
-    if (col_slots <= 1)
-      launch_chunks<T, 1>(grid, shared, params);
-    else if (col_slots <= 2)
-      launch_chunks<T, 2>(grid, shared, params);
-    else if (col_slots <= 4)
-      launch_chunks<T, 4>(grid, shared, params);
-    else
-      launch_chunks<T, 8>(grid, shared, params);
+    if (tiles) {
+      const cuda::TiledParams<T> tiled{params, *tiles};
+      switch (tiles->group_tile) {
+        case 1: launch_tiles<T, 1>(grid, tiled); break;
+        case 2: launch_tiles<T, 2>(grid, tiled); break;
+        case 4: launch_tiles<T, 4>(grid, tiled); break;
+        case 8: launch_tiles<T, 8>(grid, tiled); break;
+        default: launch_tiles<T, 16>(grid, tiled); break;
+      }
+    } else {
+      const std::size_t shared = std::size_t(cuda::kGroupTile) * spec.key_dim * sizeof(float);
+      const int col_slots = (spec.value_dim + cuda::kThreads - 1) / cuda::kThreads;
+      if (col_slots <= 1)
+        launch_chunks<T, 1>(grid, shared, params);
+      else if (col_slots <= 2)
+        launch_chunks<T, 2>(grid, shared, params);
+      else if (col_slots <= 4)
+        launch_chunks<T, 4>(grid, shared, params);
+      else
+        launch_chunks<T, 8>(grid, shared, params);
+    }
     const cuda::MergeParams merge{jobs_device_.data(), query_heads,           spec.value_dim,    plan.chunk_tokens,
                                   plan.max_chunks,     states_device_.data(), acc_device_.data(), out_device_.data()};
     cuda::merge_chunks<float><<<dim3(unsigned(n), unsigned(query_heads)), cuda::kMergeThreads, 0, stream>>>(merge);
@@ -299,6 +324,15 @@ class Cuda {
       std::memcpy(jobs[std::size_t(j)].out, out_.data() + std::size_t(j) * out_row, out_row * sizeof(float));
   }
 
+  template <class T, int kGroup>
+  void launch_tiles(dim3 grid, const cuda::TiledParams<T>& params) {
+    const std::size_t shared = params.shape.shared_bytes;
+    if (shared > 48 * 1024)  // above the default limit a kernel must opt in
+      POLYATTN_CUDA_CHECK(cudaFuncSetAttribute(cuda::attend_tiles<T, kGroup>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+    cuda::attend_tiles<T, kGroup><<<grid, cuda::kTiledThreads, shared, stream_.get()>>>(params);
+    cuda::check_launch("attend_tiles");
+  }
+
   template <class T, int kColSlots>
   void launch_chunks(dim3 grid, std::size_t shared, const cuda::ChunkParams<T>& params) {
     if (shared > 48 * 1024)  // above the default limit a kernel must opt in
@@ -310,6 +344,7 @@ class Cuda {
 
   int device_ = 0;
   int sm_count_ = 1;
+  Kernel kernel_ = Kernel::automatic;
   cuda::Stream stream_;
   cuda::Event start_, stop_;
   double last_kernel_seconds_ = 0;

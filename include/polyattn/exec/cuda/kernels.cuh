@@ -106,6 +106,34 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
+/// One warp's online-softmax step for one head over a tile: raises the head's running max to the
+/// tile's, turns `scores[0, n)` into exp(score - max) in place, adds them to the running sum, and
+/// leaves in `rescale` the factor for what was accumulated under the old max. A tile seen while
+/// every score so far is -inf weighs 0 (never exp(-inf - -inf)). run_max, run_sum and rescale
+/// are the head's shared-memory slots; every lane of the warp must call.
+__device__ __forceinline__ void softmax_tile(float* scores, int n, float& run_max, float& run_sum, float& rescale, int lane) {
+  float m = kNegativeInfinity<float>;
+  for (int t = lane; t < n; t += 32) m = fmaxf(m, scores[t]);
+  m = warp_max(m);
+  SoftmaxState<float> state;
+  state.max = run_max;
+  state.sum = run_sum;
+  const float factor = state.raise_max(m);  // rescales state.sum
+  const bool nothing = state.empty();
+  float sum = 0.0f;
+  for (int t = lane; t < n; t += 32) {
+    const float w = nothing ? 0.0f : expf(scores[t] - state.max);
+    scores[t] = w;
+    sum += w;
+  }
+  sum = warp_sum(sum);  // also orders every lane's read of run_* before lane 0's write
+  if (lane == 0) {
+    run_max = state.max;
+    run_sum = state.sum + sum;
+    rescale = factor;
+  }
+}
+
 /// kColSlots: value columns per thread, ceil(value_dim / 256) rounded up to 1, 2, 4 or 8.
 template <class T, int kColSlots>
 __global__ void __launch_bounds__(kThreads) attend_chunks(ChunkParams<T> p) {
@@ -175,28 +203,7 @@ __global__ void __launch_bounds__(kThreads) attend_chunks(ChunkParams<T> p) {
     __syncthreads();
 
     // 2. Online softmax: warp g raises head g's running max and turns its scores into weights.
-    if (warp < gn) {
-      float m = kNegativeInfinity<float>;
-      for (int t = lane; t < n; t += 32) m = fmaxf(m, weights[warp][t]);
-      m = warp_max(m);
-      SoftmaxState<float> state;
-      state.max = run_max[warp];
-      state.sum = run_sum[warp];
-      const float factor = state.raise_max(m);  // rescales state.sum
-      const bool nothing = state.empty();       // every score so far -inf: the tile weighs 0, not exp(-inf - -inf)
-      float sum = 0.0f;
-      for (int t = lane; t < n; t += 32) {
-        const float w = nothing ? 0.0f : expf(weights[warp][t] - state.max);
-        weights[warp][t] = w;
-        sum += w;
-      }
-      sum = warp_sum(sum);  // also orders every lane's read of run_* before lane 0's write
-      if (lane == 0) {
-        run_max[warp] = state.max;
-        run_sum[warp] = state.sum + sum;
-        rescale[warp] = factor;
-      }
-    }
+    if (warp < gn) softmax_tile(weights[warp], n, run_max[warp], run_sum[warp], rescale[warp], lane);
     __syncthreads();
 
     // 3. Values: rescale what was accumulated under the old max, add this tile's weighted rows.
