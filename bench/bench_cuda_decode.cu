@@ -2,16 +2,19 @@
 //   8 heads x 64:   MHA, GQA<2>, MQA, SlimK2 (K-only cache, half of MHA's)
 //   16 heads x 128: MHA and Mla<512, 64> (DeepSeek-V2's latent 512 + RoPE key 64)
 //   12 heads x 64:  MHA and Whisper-MLA (Whisper small: latent 96 + 4 kept key dims per head)
-// plus a cache-layout comparison at one shape. A step is one query per sequence over its whole
+//   16-bit caches (Eigen::half, and bfloat16 for MHA) of MHA, SlimK2 and both MLAs at the same
+//   shapes: half the bytes of their fp32 rows, read as __half / __nv_bfloat16, accumulated in fp32
+// plus the general kernel (exec::Cuda::Kernel::general) beside the tiled one at L = 16384, and a
+// cache-layout comparison at one shape. A step is one query per sequence over its whole
 // cache (attend), so it reads batch * L * bytes-per-token of cache. Counters:
 //   GB_per_s         cache bytes / wall time of the call (host hooks, queries up, outputs down)
 //   kernel_GB_per_s  cache bytes / GPU time of the attention kernels alone
 //   of_d2d_bw        kernel_GB_per_s / d2d_GB_per_s, the roofline fraction
 //   d2d_GB_per_s     a device-to-device cudaMemcpy measured in this run, counting bytes read
 //                    plus bytes written (what HBM moves per second)
-//   cache_vs_mha     bytes per token / MHA's at the same shape
-//   kernel_vs_mha    kernel time per step / MHA's at the same shape, L and batch (MHA's rows run
-//                    first, in registration order; absent when MHA's row was skipped)
+//   cache_vs_mha     bytes per token / fp32 MHA's at the same shape
+//   kernel_vs_mha    kernel time per step / fp32 MHA's at the same shape, L and batch (MHA's rows
+//                    run first, in registration order; absent when MHA's row was skipped)
 // Compare variants as ratios within one run.
 #include <benchmark/benchmark.h>
 
@@ -85,13 +88,14 @@ std::map<std::array<long, 4>, double>& mha_kernel_seconds() {
 /// Half of the host's memory: the host store holds the whole cache too (it is the source of truth).
 std::size_t host_cache_limit() { return std::size_t(sysconf(_SC_PHYS_PAGES)) * std::size_t(sysconf(_SC_PAGE_SIZE)) / 2; }
 
-/// args: n_heads, head_dim, context length L, batch.
-template <class Variant, class Layout>
+/// args: n_heads, head_dim, context length L, batch. T: the cache element (float, half, bfloat16).
+/// kKernel: general forces the general kernel (kernels.cuh) where the tiled one would run.
+template <class Variant, class Layout, class T = float, exec::Cuda::Kernel kKernel = exec::Cuda::Kernel::automatic>
 void BM_CudaDecode(benchmark::State& state) {
   if (skip_without_device(state)) return;
   const AttentionShape shape{int(state.range(0)), int(state.range(1))};
   const int length = int(state.range(2)), batch = int(state.range(3));
-  using A = Attention<Variant, Layout, exec::Cuda>;
+  using A = Attention<Variant, Layout, exec::Cuda, T>;
   const std::size_t per_token = A::cache_bytes_per_token(shape);
   const std::size_t bytes_per_step = per_token * std::size_t(length) * std::size_t(batch);
   std::size_t free_bytes = 0, total_bytes = 0;
@@ -105,6 +109,7 @@ void BM_CudaDecode(benchmark::State& state) {
 
   std::mt19937 rng(42);
   A attn(shape, {.max_sequences = batch, .capacity = length}, bench::Inputs<Variant>::params(shape, rng));
+  attn.executor().set_kernel(kKernel);
   std::vector<int> seqs;
   for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
   const bench::Inputs<Variant> block(shape, rng);
@@ -133,12 +138,13 @@ void BM_CudaDecode(benchmark::State& state) {
   state.counters["cache_vs_mha"] = double(per_token) / double(Attention<Mha, Layout, exec::Cuda>::cache_bytes_per_token(shape));
   const std::array<long, 4> key{long(state.range(0)), long(state.range(1)), long(length), long(batch)};
   const double step_seconds = steps > 0 ? kernel_seconds / steps : 0.0;
-  if constexpr (std::is_same_v<Variant, Mha> && std::is_same_v<Layout, Nhd>) {
+  if constexpr (std::is_same_v<Variant, Mha> && std::is_same_v<Layout, Nhd> && std::is_same_v<T, float> &&
+                kKernel == exec::Cuda::Kernel::automatic) {
     mha_kernel_seconds()[key] = step_seconds;
   } else if (const auto mha = mha_kernel_seconds().find(key); mha != mha_kernel_seconds().end() && mha->second > 0) {
     state.counters["kernel_vs_mha"] = step_seconds / mha->second;
   }
-  state.SetLabel(A::name());
+  state.SetLabel(A::name() + (kKernel == exec::Cuda::Kernel::general ? " (general kernel)" : ""));
 }
 
 void Shapes(benchmark::internal::Benchmark* b, int heads, int dim) {
@@ -149,6 +155,14 @@ void Shapes(benchmark::internal::Benchmark* b, int heads, int dim) {
 void DecodeShapes(benchmark::internal::Benchmark* b) { Shapes(b, 8, 64); }
 void DeepSeekShapes(benchmark::internal::Benchmark* b) { Shapes(b, 16, 128); }
 void WhisperSmallShapes(benchmark::internal::Benchmark* b) { Shapes(b, 12, 64); }
+
+/// The general kernel beside the tiled one: L = 16384 only.
+void GeneralShapes(benchmark::internal::Benchmark* b, int heads, int dim) {
+  for (int batch : {1, 16, 64}) b->Args({heads, dim, 16384, batch});
+  b->ArgNames({"heads", "dim", "L", "batch"})->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+}
+void GeneralDecodeShapes(benchmark::internal::Benchmark* b) { GeneralShapes(b, 8, 64); }
+void GeneralDeepSeekShapes(benchmark::internal::Benchmark* b) { GeneralShapes(b, 16, 128); }
 
 void LayoutShape(benchmark::internal::Benchmark* b) {
   b->Args({8, 64, 16384, 16})->ArgNames({"heads", "dim", "L", "batch"})->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
@@ -172,6 +186,15 @@ BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd>)->Apply(DeepSeekShapes);
 BENCHMARK(BM_CudaDecode<DeepSeekMla, polyattn::Nhd>)->Apply(DeepSeekShapes);
 BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd>)->Apply(WhisperSmallShapes);
 BENCHMARK(BM_CudaDecode<WhisperMla, polyattn::Nhd>)->Apply(WhisperSmallShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd, Eigen::half>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd, Eigen::bfloat16>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::SlimK2, polyattn::Nhd, Eigen::half>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<DeepSeekMla, polyattn::Nhd, Eigen::half>)->Apply(DeepSeekShapes);
+BENCHMARK(BM_CudaDecode<WhisperMla, polyattn::Nhd, Eigen::half>)->Apply(WhisperSmallShapes);
+constexpr auto kGeneral = polyattn::exec::Cuda::Kernel::general;
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd, float, kGeneral>)->Apply(GeneralDecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::SlimK2, polyattn::Nhd, float, kGeneral>)->Apply(GeneralDecodeShapes);
+BENCHMARK(BM_CudaDecode<DeepSeekMla, polyattn::Nhd, float, kGeneral>)->Apply(GeneralDeepSeekShapes);
 BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Hnd>)->Apply(LayoutShape);
 BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Paged<16>>)->Apply(LayoutShape);
 
