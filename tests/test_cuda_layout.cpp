@@ -19,6 +19,17 @@ using polyattn::testing::attend_spec;
 
 namespace {
 
+/// One-head cached tensors of the given row widths.
+std::vector<TensorSpec> rows(std::initializer_list<int> dims) {
+  std::vector<TensorSpec> tensors;
+  for (int dim : dims) tensors.push_back({1, dim});
+  return tensors;
+}
+
+}  // namespace
+
+namespace {
+
 std::vector<QueryJob> jobs_for(std::initializer_list<int> seqs) {
   std::vector<QueryJob> jobs;
   for (int s : seqs) jobs.push_back({s, 1, nullptr, nullptr});
@@ -171,7 +182,7 @@ TEST_CASE_TEMPLATE("the mirror tracker re-copies each sequence's last row when t
 
 TEST_CASE("the tiled decode kernel takes aligned rows that fit its shared memory, and only those") {
   // MHA, float: separate key and value tiles of 64 tokens, each row padded by 16 bytes.
-  const auto mha = plan_tiles(attend_spec(1, 1, 0, 0, 64, 1, 0, 64), {64, 64}, sizeof(float));
+  const auto mha = plan_tiles(attend_spec(1, 1, 0, 0, 64, 1, 0, 64), rows({64, 64}), sizeof(float));
   REQUIRE(mha);
   CHECK(mha->group_tile == 1);
   CHECK(mha->tile_tokens == 64);
@@ -182,25 +193,25 @@ TEST_CASE("the tiled decode kernel takes aligned rows that fit its shared memory
   CHECK(mha->shared_bytes <= kTiledSharedBudget);
 
   // 8 or more heads sharing one key row (MQA, MLA's latent): the general kernel, faster there.
-  CHECK_FALSE(plan_tiles(attend_spec(1, 16, 0, 0, 576, 0, 0, 512), {576}, sizeof(float)));
-  CHECK_FALSE(plan_tiles(attend_spec(1, 8, 0, 0, 64, 1, 0, 64), {64, 64}, sizeof(float)));
-  CHECK(plan_tiles(attend_spec(1, 4, 0, 0, 64, 1, 0, 64), {64, 64}, sizeof(float)));  // GQA<4>
+  CHECK_FALSE(plan_tiles(attend_spec(1, 16, 0, 0, 576, 0, 0, 512), rows({576}), sizeof(float)));
+  CHECK_FALSE(plan_tiles(attend_spec(1, 8, 0, 0, 64, 1, 0, 64), rows({64, 64}), sizeof(float)));
+  CHECK(plan_tiles(attend_spec(1, 4, 0, 0, 64, 1, 0, 64), rows({64, 64}), sizeof(float)));  // GQA<4>
   // Heads packed in one row sharing the values (slim K-only option 2, 16 heads of 32): values
   // read from the key tile; in half precision twice the tokens fit the same bytes.
-  const auto slim = plan_tiles(attend_spec(1, 16, 0, 0, 32, 0, 0, 512, 32), {512}, sizeof(float));
+  const auto slim = plan_tiles(attend_spec(1, 16, 0, 0, 32, 0, 0, 512, 32), rows({512}), sizeof(float));
   REQUIRE(slim);
   CHECK(slim->group_tile == 16);
   CHECK(slim->value_stride == 0);
   CHECK(slim->key_stride == 516);
   CHECK(slim->tile_tokens == 16);  // 2 x 32 x 516 floats would pass the budget
-  const auto slim_half = plan_tiles(attend_spec(1, 16, 0, 0, 32, 0, 0, 512, 32), {512}, 2);
+  const auto slim_half = plan_tiles(attend_spec(1, 16, 0, 0, 32, 0, 0, 512, 32), rows({512}), 2);
   REQUIRE(slim_half);
   CHECK(slim_half->key_stride == 520);
   CHECK(slim_half->tile_tokens == 32);
 
   // Heads packed in one row (slim K-only option 2): a group tile copies the span of its heads'
   // keys and the values it shares; 20 heads make tiles of 16 and 4, sized for the wider.
-  const auto packed = plan_tiles(attend_spec(1, 20, 0, 0, 32, 0, 0, 64, 32), {640}, sizeof(float));
+  const auto packed = plan_tiles(attend_spec(1, 20, 0, 0, 32, 0, 0, 64, 32), rows({640}), sizeof(float));
   REQUIRE(packed);
   CHECK(packed->group_tile == 16);
   CHECK(key_span(attend_spec(1, 20, 0, 0, 32, 0, 0, 64, 32), 16, 4).lo == 0);  // values at column 0 widen the span
@@ -209,12 +220,12 @@ TEST_CASE("the tiled decode kernel takes aligned rows that fit its shared memory
 
   // Refused: columns not on 16-byte boundaries (an offset of 3, a row of 30 or 20 halves), a key
   // row wider than the registers hold, values wider than the accumulators, a tensor that is not there.
-  CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 3, 32, 1, 0, 64), {40, 64}, sizeof(float)));
-  CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 24, 1, 0, 24), {24, 30}, 2));
-  CHECK(plan_tiles(attend_spec(1, 1, 0, 0, 24, 1, 0, 24), {24, 24}, sizeof(float)));  // 24 floats: quads of 16 bytes
-  CHECK(plan_tiles(attend_spec(1, 1, 0, 0, 24, 1, 0, 24), {24, 24}, 2));              // 24 halves: three 16-byte copies
-  CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 20, 1, 0, 20), {20, 20}, 2));        // 20 halves: 40 bytes
-  CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 1600, 0, 0, 1024), {1600}, sizeof(float)));
-  CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 64, 1, 0, 1100), {64, 1100}, sizeof(float)));
-  CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 64, 5, 0, 64), {64, 64}, sizeof(float)));  // no such tensor
+  CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 3, 32, 1, 0, 64), rows({40, 64}), sizeof(float)));
+  CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 24, 1, 0, 24), rows({24, 30}), 2));
+  CHECK(plan_tiles(attend_spec(1, 1, 0, 0, 24, 1, 0, 24), rows({24, 24}), sizeof(float)));  // 24 floats: quads of 16 bytes
+  CHECK(plan_tiles(attend_spec(1, 1, 0, 0, 24, 1, 0, 24), rows({24, 24}), 2));              // 24 halves: three 16-byte copies
+  CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 20, 1, 0, 20), rows({20, 20}), 2));        // 20 halves: 40 bytes
+  CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 1600, 0, 0, 1024), rows({1600}), sizeof(float)));
+  CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 64, 1, 0, 1100), rows({64, 1100}), sizeof(float)));
+  CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 64, 5, 0, 64), rows({64, 64}), sizeof(float)));  // no such tensor
 }

@@ -265,10 +265,8 @@ class Cuda {
       max_visible = std::max(max_visible, job.visible);
     }
     // The tiled kernel where the call fits it (tile_plan.hpp), else the general one.
-    std::vector<int> row_dims;
-    for (const TensorSpec& t : geometry_.tensors) row_dims.push_back(t.dim);
     const std::optional<cuda::TileShape> tiles =
-        kernel_ == Kernel::automatic ? cuda::plan_tiles(spec, row_dims, sizeof(T)) : std::nullopt;
+        kernel_ == Kernel::automatic ? cuda::plan_tiles(spec, geometry_.tensors, sizeof(T)) : std::nullopt;
     const int group_tile = tiles ? tiles->group_tile : cuda::kGroupTile;
     const int group_tiles = (spec.group + group_tile - 1) / group_tile;
     const cuda::ChunkPlan plan = cuda::plan_chunks(n, spec.cache_heads * group_tiles, max_visible, sm_count_);

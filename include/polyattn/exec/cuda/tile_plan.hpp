@@ -24,7 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <vector>
+#include <span>
 
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/host_device.hpp"
@@ -79,15 +79,15 @@ POLYATTN_HOST_DEVICE ColumnSpan key_span(const AttendSpec& s, int g0, int gn) {
 }
 
 /// The tiled kernel's shape for this call, or nothing when it cannot run it (see the top).
-/// `row_dims[t]`: the width in elements of one head's row of cached tensor t.
-inline std::optional<TileShape> plan_tiles(const AttendSpec& s, const std::vector<int>& row_dims, std::size_t element) {
+/// `tensors`: the cached tensors (their `dim` is the width in elements of one head's row).
+inline std::optional<TileShape> plan_tiles(const AttendSpec& s, std::span<const TensorSpec> tensors, std::size_t element) {
   const int quantum = std::max<int>(4, int(16 / element));
   const auto aligned = [&](long long v) { return v % quantum == 0; };
   if (element > 16 || 16 % element != 0) return std::nullopt;
-  if (s.key_tensor < 0 || s.key_tensor >= int(row_dims.size()) || s.value_tensor < 0 || s.value_tensor >= int(row_dims.size()))
+  if (s.key_tensor < 0 || s.key_tensor >= int(tensors.size()) || s.value_tensor < 0 || s.value_tensor >= int(tensors.size()))
     return std::nullopt;
   if (!aligned(s.key_offset) || !aligned(s.key_dim) || !aligned(s.key_group_stride) || !aligned(s.value_offset) ||
-      !aligned(s.value_dim) || !aligned(row_dims[std::size_t(s.key_tensor)]) || !aligned(row_dims[std::size_t(s.value_tensor)]))
+      !aligned(s.value_dim) || !aligned(tensors[std::size_t(s.key_tensor)].dim) || !aligned(tensors[std::size_t(s.value_tensor)].dim))
     return std::nullopt;
   if (s.key_dim > kTiledMaxKeyDim || s.value_dim > kTiledMaxValueDim || s.key_dim < 1 || s.value_dim < 1) return std::nullopt;
 
