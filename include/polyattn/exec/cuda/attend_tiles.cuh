@@ -91,16 +91,12 @@ __global__ void __launch_bounds__(kTiledThreads, kGroup >= 16 ? 1 : 2) attend_ti
   const ChunkParams<T>& p = tp.chunk;
   const AttendSpec& s = p.spec;
   const TileShape& shape = tp.shape;
-  const int group_tiles = (s.group + kGroup - 1) / kGroup;
-  const int job = blockIdx.x, head = blockIdx.y / group_tiles, chunk = blockIdx.z;
-  const int g0 = (blockIdx.y % group_tiles) * kGroup, gn = min(kGroup, s.group - g0);
-  const DeviceJob jb = p.jobs[job];
-  const int begin = chunk * p.chunk_tokens;
-  if (begin >= jb.visible) return;  // past this job's last chunk; merge_chunks does not read it
-  const int end = min(jb.visible, begin + p.chunk_tokens);
+  const BlockWork w = block_work(p, kGroup);
+  if (w.empty()) return;  // past this job's last chunk; merge_chunks does not read it
+  const int job = w.job, head = w.head, g0 = w.g0, gn = w.gn, begin = w.begin, end = w.end, first_head = w.first_head;
+  const DeviceJob jb = w.jb;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int query_heads = s.cache_heads * s.group;
-  const int first_head = head * s.group + g0;
 
   // Shared memory: [key tile 0][key tile 1][value tile 0][value tile 1] (T), scores, reduce (float).
   extern __shared__ __align__(16) unsigned char shared[];
@@ -235,7 +231,7 @@ __global__ void __launch_bounds__(kTiledThreads, kGroup >= 16 ? 1 : 2) attend_ti
   }
 
   // 4. Sum the token rows' accumulators; write the chunk's partial result per query head.
-  const std::int64_t first_out = (std::int64_t(job) * query_heads + first_head) * p.max_chunks + chunk;  // + g * max_chunks
+  const std::int64_t first_out = w.first_out;  // + g * max_chunks
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) {
     if (g >= gn) break;
@@ -256,11 +252,7 @@ __global__ void __launch_bounds__(kTiledThreads, kGroup >= 16 ? 1 : 2) attend_ti
       __syncthreads();
     }
   }
-  if (tid < gn) {
-    SoftmaxState<float>& out = p.states[first_out + std::int64_t(tid) * p.max_chunks];
-    out.max = run_max[tid];
-    out.sum = run_sum[tid];
-  }
+  w.store_states(p.states, p.max_chunks, run_max, run_sum, tid);
 }
 
 }  // namespace polyattn::exec::cuda

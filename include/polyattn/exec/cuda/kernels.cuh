@@ -134,6 +134,49 @@ __device__ __forceinline__ void softmax_tile(float* scores, int n, float& run_ma
   }
 }
 
+/// What one block of a decode kernel (attend_chunks, attend_tiles) works on. The grid is
+/// x = query job, y = cache head x group tile (of `group_tile` query heads), z = chunk of the
+/// job's visible tokens; the host sizes it from the same group tile (exec/cuda/cuda.cuh).
+struct BlockWork {
+  int job, head, chunk;
+  int g0, gn;            ///< the tile's first query head within the group, and how many it has
+  int first_head;        ///< the tile's first query head among all of the job's
+  DeviceJob jb;
+  int begin, end;        ///< the chunk's tokens [begin, end); empty when past the job's last chunk
+  std::int64_t first_out;  ///< partial-result slot of (job, first_head, chunk); + g * max_chunks for head g
+
+  __device__ bool empty() const { return begin >= jb.visible; }
+
+  /// The chunk's softmax state of each of the block's heads, from their shared-memory slots
+  /// (threads tid < gn each write one).
+  __device__ void store_states(SoftmaxState<float>* states, int max_chunks, const float* run_max, const float* run_sum,
+                               int tid) const {
+    if (tid < gn) {
+      SoftmaxState<float>& out = states[first_out + std::int64_t(tid) * max_chunks];
+      out.max = run_max[tid];
+      out.sum = run_sum[tid];
+    }
+  }
+};
+
+template <class T>
+__device__ __forceinline__ BlockWork block_work(const ChunkParams<T>& p, int group_tile) {
+  const AttendSpec& s = p.spec;
+  const int group_tiles = (s.group + group_tile - 1) / group_tile;
+  BlockWork w;
+  w.job = blockIdx.x;
+  w.head = blockIdx.y / group_tiles;
+  w.chunk = blockIdx.z;
+  w.g0 = (blockIdx.y % group_tiles) * group_tile;
+  w.gn = min(group_tile, s.group - w.g0);
+  w.first_head = w.head * s.group + w.g0;
+  w.jb = p.jobs[w.job];
+  w.begin = w.chunk * p.chunk_tokens;
+  w.end = min(w.jb.visible, w.begin + p.chunk_tokens);
+  w.first_out = (std::int64_t(w.job) * s.cache_heads * s.group + w.first_head) * p.max_chunks + w.chunk;
+  return w;
+}
+
 /// kColSlots: value columns per thread, ceil(value_dim / 256) rounded up to 1, 2, 4 or 8.
 template <class T, int kColSlots>
 __global__ void __launch_bounds__(kThreads) attend_chunks(ChunkParams<T> p) {
@@ -143,16 +186,12 @@ __global__ void __launch_bounds__(kThreads) attend_chunks(ChunkParams<T> p) {
   __shared__ float partial[kGroupTile][kThreads];  // token-row reduction of the accumulators
 
   const AttendSpec& s = p.spec;
-  const int group_tiles = (s.group + kGroupTile - 1) / kGroupTile;
-  const int job = blockIdx.x, head = blockIdx.y / group_tiles, chunk = blockIdx.z;
-  const int g0 = (blockIdx.y % group_tiles) * kGroupTile, gn = min(kGroupTile, s.group - g0);
-  const DeviceJob jb = p.jobs[job];
-  const int begin = chunk * p.chunk_tokens;
-  if (begin >= jb.visible) return;  // past this job's last chunk; merge_chunks does not read it
-  const int end = min(jb.visible, begin + p.chunk_tokens);
+  const BlockWork w = block_work(p, kGroupTile);
+  if (w.empty()) return;  // past this job's last chunk; merge_chunks does not read it
+  const int job = w.job, head = w.head, g0 = w.g0, gn = w.gn, begin = w.begin, end = w.end, first_head = w.first_head;
+  const DeviceJob jb = w.jb;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int query_heads = s.cache_heads * s.group;
-  const int first_head = head * s.group + g0;  // query head of tile row 0
 
   const float* q = p.queries + (std::int64_t(job) * query_heads + first_head) * s.key_dim;
   for (int i = tid; i < gn * s.key_dim; i += kThreads) q_tile[i] = q[i] * s.scale;
@@ -232,7 +271,7 @@ __global__ void __launch_bounds__(kThreads) attend_chunks(ChunkParams<T> p) {
   }
 
   // 4. Sum the token rows' accumulators; write this chunk's partial result per query head.
-  const std::int64_t first_out = (std::int64_t(job) * query_heads + first_head) * p.max_chunks + chunk;  // + g * max_chunks
+  const std::int64_t first_out = w.first_out;  // + g * max_chunks
 #pragma unroll
   for (int k = 0; k < kColSlots; ++k) {
 #pragma unroll
@@ -247,11 +286,7 @@ __global__ void __launch_bounds__(kThreads) attend_chunks(ChunkParams<T> p) {
       }
     __syncthreads();
   }
-  if (tid < gn) {
-    SoftmaxState<float>& out = p.states[first_out + std::int64_t(tid) * p.max_chunks];
-    out.max = run_max[tid];
-    out.sum = run_sum[tid];
-  }
+  w.store_states(p.states, p.max_chunks, run_max, run_sum, tid);
 }
 
 /// Acc: the accumulator type of the partials (float).
