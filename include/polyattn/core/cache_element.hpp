@@ -1,8 +1,8 @@
 // The element types a cache may store: float, double, and the 16-bit formats Eigen::half (IEEE
 // binary16) and Eigen::bfloat16, which halve the cache's bytes per token. Queries, outputs and
 // all arithmetic stay float (or double in the Reference executor); rows are rounded to T once,
-// when written. Which executors read which types: Reference all of them, CpuSimd float,
-// exec::Cuda float, double, half and bfloat16 (as __half and __nv_bfloat16 on the device).
+// when written. Which executors read which types: Reference all of them, CpuSimd float, half and
+// bfloat16, exec::Cuda float, double, half and bfloat16 (as __half and __nv_bfloat16 on the device).
 #pragma once
 
 #include <Eigen/Core>

@@ -11,6 +11,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <Eigen/Core>
+#include <xsimd/xsimd.hpp>
+
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/core/thread_pool.hpp"
@@ -33,7 +36,12 @@ class CpuSimd {
   template <class Store>
   void attend(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) {
     using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
-    static_assert(std::is_same_v<T, float>, "polyattn: the CpuSimd executor supports float caches only (for now)");
+    static_assert(!std::is_same_v<T, double>,
+                  "polyattn: the CpuSimd executor reads float, Eigen::half and Eigen::bfloat16 caches; double caches are "
+                  "exec::Reference only");
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>,
+                  "polyattn: the CpuSimd executor reads float, Eigen::half and Eigen::bfloat16 caches");
+    using Arch = xsimd::default_arch;
     const int H = spec.cache_heads, G = spec.group, dv = spec.value_dim;
     const int n_jobs = int(jobs.size());
     if (n_jobs == 0) return;
@@ -65,10 +73,10 @@ class CpuSimd {
       const int end = std::min(job.visible, begin + chunk_len[std::size_t(j)]);
       thread_local std::vector<float> q, scores;
       q.resize(std::size_t(G) * spec.key_dim);
-      scores.resize(std::size_t(G) * cpu::kScoreBlock);
+      scores.resize(std::size_t(G) * cpu::kTile);
       const float* q_head = job.query + std::ptrdiff_t(h) * G * spec.key_dim;
       for (std::size_t i = 0; i < q.size(); ++i) q[i] = q_head[i] * spec.scale;  // fold the scale into q once
-      cpu::attend_chunk(store, spec, job.seq, h, begin, end, q.data(),
+      cpu::attend_chunk<Arch>(store, spec, job.seq, h, begin, end, q.data(),
                         {states_.data() + std::size_t(unit) * G, acc_.data() + std::size_t(unit) * G * dv}, scores.data());
     });
 

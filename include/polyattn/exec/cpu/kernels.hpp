@@ -1,7 +1,9 @@
-// xsimd kernels for one (query row, cache head, token chunk) of the attend primitive.
-// The architecture is xsimd's default for the flags the including translation unit is built
-// with (AVX-512 with -march=native on the development machines); a scalar tail handles
-// dimensions that are not a multiple of the SIMD width.
+// The CPU decode kernel for one (query row, cache head, token chunk) of the attend primitive:
+// tiles of up to kTile rows, each scored and accumulated for the whole group of query heads
+// at once (decode_tile.hpp), with one online-softmax step per head per tile. A cache row is
+// read from memory once per group, whatever the group size.
+// The architecture is a template parameter (xsimd's default for the including translation
+// unit's flags, until run-time dispatch instantiates one per ISA).
 #pragma once
 
 #include <algorithm>
@@ -14,80 +16,72 @@
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/online_softmax.hpp"
+#include "polyattn/exec/cpu/decode_tile.hpp"
 
 namespace polyattn::exec::cpu {
 
-using Batch = xsimd::batch<float>;
-inline constexpr int kWidth = int(Batch::size);
-
-/// sum_i a[i] * b[i]
-inline float dot(const float* a, const float* b, int n) {
-  int i = 0;
-  Batch acc0(0.0f), acc1(0.0f);
-  for (; i + 2 * kWidth <= n; i += 2 * kWidth) {
-    acc0 = xsimd::fma(Batch::load_unaligned(a + i), Batch::load_unaligned(b + i), acc0);
-    acc1 = xsimd::fma(Batch::load_unaligned(a + i + kWidth), Batch::load_unaligned(b + i + kWidth), acc1);
-  }
-  for (; i + kWidth <= n; i += kWidth) acc0 = xsimd::fma(Batch::load_unaligned(a + i), Batch::load_unaligned(b + i), acc0);
-  float sum = xsimd::hadd(acc0 + acc1);
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-/// acc[c] += sum_j p[j] * rows[j * stride + c] for c < dim: the accumulator stays in registers
-/// across the n rows (a block of rows is small enough to stay in L1 between column passes).
-inline void accumulate_rows(const float* p, const float* rows, std::ptrdiff_t stride, int n, float* acc, int dim) {
-  int c = 0;
-  for (; c + 4 * kWidth <= dim; c += 4 * kWidth) {
-    Batch a0 = Batch::load_unaligned(acc + c), a1 = Batch::load_unaligned(acc + c + kWidth);
-    Batch a2 = Batch::load_unaligned(acc + c + 2 * kWidth), a3 = Batch::load_unaligned(acc + c + 3 * kWidth);
-    for (int j = 0; j < n; ++j) {
-      const float* r = rows + std::ptrdiff_t(j) * stride + c;
-      const Batch w(p[j]);
-      a0 = xsimd::fma(w, Batch::load_unaligned(r), a0);
-      a1 = xsimd::fma(w, Batch::load_unaligned(r + kWidth), a1);
-      a2 = xsimd::fma(w, Batch::load_unaligned(r + 2 * kWidth), a2);
-      a3 = xsimd::fma(w, Batch::load_unaligned(r + 3 * kWidth), a3);
-    }
-    a0.store_unaligned(acc + c), a1.store_unaligned(acc + c + kWidth);
-    a2.store_unaligned(acc + c + 2 * kWidth), a3.store_unaligned(acc + c + 3 * kWidth);
-  }
-  for (; c + kWidth <= dim; c += kWidth) {
-    Batch a = Batch::load_unaligned(acc + c);
-    for (int j = 0; j < n; ++j) a = xsimd::fma(Batch(p[j]), Batch::load_unaligned(rows + std::ptrdiff_t(j) * stride + c), a);
-    a.store_unaligned(acc + c);
-  }
-  for (; c < dim; ++c) {
-    float a = acc[c];
-    for (int j = 0; j < n; ++j) a += p[j] * rows[std::ptrdiff_t(j) * stride + c];
-    acc[c] = a;
-  }
-}
-
 /// y[i] *= alpha
-inline void scale(float alpha, float* y, int n) {
+template <class Arch>
+void scale(float alpha, float* y, int n) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
   int i = 0;
-  const Batch a(alpha);
-  for (; i + kWidth <= n; i += kWidth) (a * Batch::load_unaligned(y + i)).store_unaligned(y + i);
+  const B a(alpha);
+  for (; i + W <= n; i += W) (a * B::load_unaligned(y + i)).store_unaligned(y + i);
   for (; i < n; ++i) y[i] *= alpha;
 }
 
-/// x[i] = exp(x[i] - m); returns the sum.
-inline float exp_shifted_sum(float* x, int n, float m) {
-  int i = 0;
-  const Batch shift(m);
-  Batch total(0.0f);
-  for (; i + kWidth <= n; i += kWidth) {
-    const Batch e = xsimd::exp(Batch::load_unaligned(x + i) - shift);
-    e.store_unaligned(x + i);
+/// s[j] = bounded_score(s[j]) (core/online_softmax.hpp) over round_up(n, W) lanes: +inf becomes
+/// the largest float; NaN (bad input, which must show) and -inf pass.
+template <class Arch>
+void bound_scores(float* s, int n) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  const B largest(kLargestFinite<float>);
+  for (int i = 0; i < n; i += W) {
+    const B x = B::load_unaligned(s + i);
+    xsimd::select(x > largest, largest, x).store_unaligned(s + i);
+  }
+}
+
+/// Largest of s[0 .. n), n >= 1; s is readable up to round_up(n, W) (the padding lanes are set
+/// to -inf here so that the exp below turns them into 0).
+template <class Arch>
+float tile_max(float* s, int n) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  const int padded = (n + W - 1) / W * W;
+  std::fill(s + n, s + padded, kNegativeInfinity<float>);
+  B m = B::load_unaligned(s);
+  for (int i = W; i < padded; i += W) m = xsimd::max(m, B::load_unaligned(s + i));
+  alignas(64) float lanes[W];
+  m.store_aligned(lanes);
+  return *std::max_element(lanes, lanes + W);
+}
+
+/// s[j] = exp(s[j] - m) over round_up(n, W) lanes; returns the sum. m is finite.
+template <class Arch>
+float exp_shifted_sum(float* s, int n, float m) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  const B shift(m);
+  B total(0.0f);
+  for (int i = 0; i < n; i += W) {
+    const B e = xsimd::exp(B::load_unaligned(s + i) - shift);
+    e.store_unaligned(s + i);
     total += e;
   }
-  float sum = xsimd::hadd(total);
-  for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - m);
-    sum += x[i];
+  return xsimd::hadd(total);
+}
+
+/// Hints the rows [0, count) of a run (each `bytes` long) into the cache ahead of their use.
+template <class T>
+void prefetch_rows(const T* first, std::ptrdiff_t stride, int count, int elements) {
+  const int bytes = elements * int(sizeof(T));
+  for (int j = 0; j < count; ++j) {
+    const char* row = reinterpret_cast<const char*>(first + std::ptrdiff_t(j) * stride);
+    for (int b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
   }
-  return sum;
 }
 
 /// Scratch of one chunk: per query head of the group, a softmax state and a value_dim accumulator.
@@ -96,46 +90,49 @@ struct ChunkResult {
   float* acc;                   // [group][value_dim]
 };
 
-/// Tokens scored before one softmax rescale: amortises the max, the exp and the rescale.
-inline constexpr int kScoreBlock = 64;
-
 /// Attends the `group` (pre-scaled) queries `q` [group][key_dim] of cache head `head` over tokens
 /// [begin, end) of `seq`, writing unnormalised partial results into `result`.
-/// `scores` is scratch of kScoreBlock * group floats.
-template <class Store>
+/// `scores` is scratch of kTile * group floats.
+/// Score semantics: a tile whose scores are all -inf for a head adds nothing to it (no
+/// exp(-inf - -inf)); a head that never sees a finite score keeps sum 0 (its output is 0).
+template <class Arch, class Store>
 void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int head, int begin, int end, const float* q,
                   ChunkResult result, float* scores) {
-  const int G = spec.group;
+  const int G = spec.group, dv = spec.value_dim;
   for (int g = 0; g < G; ++g) {
     result.states[g] = SoftmaxState<float>{};
-    std::fill_n(result.acc + std::ptrdiff_t(g) * spec.value_dim, spec.value_dim, 0.0f);
+    std::fill_n(result.acc + std::ptrdiff_t(g) * dv, dv, 0.0f);
   }
+  const bool separate_values = spec.value_tensor != spec.key_tensor;
   int t = begin;
   while (t < end) {
-    const CacheRun<float> keys = store.run(spec.key_tensor, seq, t, head);
-    const CacheRun<float> values = store.run(spec.value_tensor, seq, t, head);
-    const int n = std::min({end - t, keys.count, values.count, kScoreBlock});
-    // scores[g][j] = q_g . k_j, keys read once for the whole group (the GQA saving)
-    for (int j = 0; j < n; ++j) {
-      const float* k = keys.data + std::ptrdiff_t(j) * keys.stride + spec.key_offset;
-      for (int g = 0; g < G; ++g)
-        scores[g * kScoreBlock + j] =
-            bounded_score(dot(q + std::ptrdiff_t(g) * spec.key_dim, k + std::ptrdiff_t(g) * spec.key_group_stride, spec.key_dim));
-    }
+    const auto keys = store.run(spec.key_tensor, seq, t, head);
+    const auto values = store.run(spec.value_tensor, seq, t, head);
+    const int n = std::min({end - t, keys.count, values.count, kTile});
+    // Value rows of this tile are read after the scores: ask for them now. The next tile's key
+    // rows, while they lie in this run.
+    if (separate_values) prefetch_rows(values.data + spec.value_offset, values.stride, n, dv);
+    const int next = std::min({end - t - n, keys.count - n, kTile});
+    if (next > 0) prefetch_rows(keys.data + std::ptrdiff_t(n) * keys.stride + spec.key_offset, keys.stride, next, spec.key_dim);
+
+    score_tile<Arch>(q, G, KeyTile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n},
+                     scores);
     for (int g = 0; g < G; ++g) {
-      float* s = scores + g * kScoreBlock;
-      const float block_max = *std::max_element(s, s + n);
+      float* s = scores + g * kTile;
+      bound_scores<Arch>(s, n);
+      const float block_max = tile_max<Arch>(s, n);
       const float factor = result.states[g].raise_max(block_max);
-      if (result.states[g].empty()) continue;  // every score so far -inf: this block adds nothing
-      float* acc = result.acc + std::ptrdiff_t(g) * spec.value_dim;
-      if (factor != 1.0f) scale(factor, acc, spec.value_dim);
-      result.states[g].sum += exp_shifted_sum(s, n, result.states[g].max);
+      if (result.states[g].empty()) {  // every score so far -inf: this tile adds nothing to head g
+        std::fill_n(s, n, 0.0f);
+        continue;
+      }
+      if (factor != 1.0f) scale<Arch>(factor, result.acc + std::ptrdiff_t(g) * dv, dv);
+      result.states[g].sum += exp_shifted_sum<Arch>(s, n, result.states[g].max);
     }
-    // acc_g += sum_j p_gj v_j; the value block is read from memory once for the whole group
+    accumulate_tile<Arch>(scores, G, values.data + spec.value_offset, values.stride, n, result.acc, dv);
+    // A head that has seen nothing keeps a zero accumulator, whatever the (weight 0) rows hold.
     for (int g = 0; g < G; ++g)
-      if (!result.states[g].empty())
-        accumulate_rows(scores + g * kScoreBlock, values.data + spec.value_offset, values.stride, n,
-                        result.acc + std::ptrdiff_t(g) * spec.value_dim, spec.value_dim);
+      if (result.states[g].empty()) std::fill_n(result.acc + std::ptrdiff_t(g) * dv, dv, 0.0f);
     t += n;
   }
 }

@@ -1,0 +1,194 @@
+// The two register-blocked halves of a decode tile: up to kTile consecutive cached rows of one
+// cache head, read for all G query heads of its group at once.
+//   score_tile:      scores[g][j] = q_g . key_j(g)        (G x n, no horizontal sum per token)
+//   accumulate_tile: acc[g][:]   += sum_j p[g][j] value_j  (G x value_dim, accumulators in registers)
+// Both are templates on the xsimd architecture and on the cache element type T (float, half,
+// bfloat16: converted to fp32 right after the load, see load_floats.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "polyattn/exec/cpu/load_floats.hpp"
+
+namespace polyattn::exec::cpu {
+
+/// Tokens per tile: one softmax rescale and one vectorised exp per head per tile. A multiple of
+/// every SIMD width; 64 rows of a 64-float head are 16 KiB (fp32): the tile is still in L1
+/// when the value pass reads it again (K-only caches read the same rows twice).
+inline constexpr int kTile = 64;
+
+/// Query heads of a group handled together in registers (more would spill: see the counts below).
+inline constexpr int kHeadBlock = 4;
+
+/// Calls f(std::integral_constant<int, n>) for a runtime 1 <= n <= kHeadBlock.
+template <class F>
+inline void with_head_block(int n, F&& f) {
+  switch (n) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 4>{}); break;
+  }
+}
+
+#if defined(__AVX512F__)
+namespace detail {
+/// One level of the AVX-512 transpose-and-add tree: u and v each hold 16 / S groups of S lanes
+/// (one group per row being summed); the result holds twice as many groups of S / 2 lanes,
+/// u's and v's groups interleaved, each the sum of its halves. Two-source permutes only.
+template <int S>
+inline __m512 fold_pair(__m512 u, __m512 v) {
+  constexpr auto index = [](int half) {
+    struct Lanes { int i[16]; } lanes{};
+    for (int lane = 0; lane < 16; ++lane) {
+      const int group = lane / (S / 2), offset = lane % (S / 2);
+      lanes.i[lane] = (group / 2) * S + half * (S / 2) + offset + (group % 2) * 16;  // >= 16: from v
+    }
+    return lanes;
+  };
+  static constexpr auto low = index(0), high = index(1);
+  const __m512i lo = _mm512_loadu_si512(low.i), hi = _mm512_loadu_si512(high.i);
+  return _mm512_add_ps(_mm512_permutex2var_ps(u, lo, v), _mm512_permutex2var_ps(u, hi, v));
+}
+}  // namespace detail
+#endif
+
+/// Lane r of the result = the sum of the lanes of rows[r], r < W. On AVX-512 a tree of
+/// two-source permutes (pairing rows r and r + half at each level puts the sums in row order):
+/// 30 permutes and 15 adds per 16 rows. (xsimd 8.1's haddp permutes AVX-512 lanes wrongly.)
+template <class Arch>
+inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows) {
+  using B = xsimd::batch<float, Arch>;
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    __m512 t8[8], t4[4], t2[2];
+    for (int i = 0; i < 8; ++i) t8[i] = detail::fold_pair<16>(rows[i], rows[i + 8]);
+    for (int i = 0; i < 4; ++i) t4[i] = detail::fold_pair<8>(t8[i], t8[i + 4]);
+    for (int i = 0; i < 2; ++i) t2[i] = detail::fold_pair<4>(t4[i], t4[i + 2]);
+    return B(detail::fold_pair<2>(t2[0], t2[1]));
+  }
+#endif
+  alignas(64) float sums[B::size];
+  for (std::size_t r = 0; r < B::size; ++r) sums[r] = xsimd::hadd(rows[r]);
+  return B::load_aligned(sums);
+}
+
+/// Where a tile's key rows are and how the group reads them.
+template <class T>
+struct KeyTile {
+  const T* rows;               // row j at rows + j * stride
+  std::ptrdiff_t stride;
+  std::ptrdiff_t group_stride; // head g reads its key at + g * group_stride (0: the group shares one key)
+  int dim;                     // key_dim
+  int count;                   // n <= kTile rows
+};
+
+/// Scores of NG query heads (pre-scaled queries q[NG][dim], row stride `q_stride`) against a
+/// tile: each token's dot product is kept as a vector of W partial sums, and every W tokens
+/// sum_each reduces the W vectors to one vector of W scores (a transpose-and-add tree, a few
+/// shuffles per token instead of a full horizontal sum). scores[g * kTile + j], j < round_up(n, W).
+/// Registers: NG accumulators + 1 key + 1 query.
+template <class Arch, int NG, bool SharedKey, class T>
+void score_heads(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys, float* scores) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  const int dim_vec = keys.dim / W * W;
+  alignas(64) B partial[NG][W];  // (head, token of the W-block): W lanes of partial sums; L1-resident
+  for (int j0 = 0; j0 < keys.count; j0 += W) {
+    const int m = std::min(W, keys.count - j0);
+    for (int jj = 0; jj < W; ++jj) {
+      B acc[NG];
+      for (int g = 0; g < NG; ++g) acc[g] = B(0.0f);
+      if (jj < m) {
+        const T* k = keys.rows + std::ptrdiff_t(j0 + jj) * keys.stride;
+        for (int c = 0; c < dim_vec; c += W) {
+          if constexpr (SharedKey) {
+            const B kv = load_floats<Arch>(k + c);  // loaded once for the NG heads
+            for (int g = 0; g < NG; ++g) acc[g] = xsimd::fma(B::load_unaligned(q + g * q_stride + c), kv, acc[g]);
+          } else {
+            for (int g = 0; g < NG; ++g)
+              acc[g] = xsimd::fma(B::load_unaligned(q + g * q_stride + c), load_floats<Arch>(k + g * keys.group_stride + c), acc[g]);
+          }
+        }
+      }
+      for (int g = 0; g < NG; ++g) partial[g][jj] = acc[g];
+    }
+    for (int g = 0; g < NG; ++g) sum_each<Arch>(partial[g]).store_unaligned(scores + g * kTile + j0);
+    if (dim_vec < keys.dim)  // key dims past the last full vector: scalar (17, 40, 72, ...)
+      for (int jj = 0; jj < m; ++jj) {
+        const T* k = keys.rows + std::ptrdiff_t(j0 + jj) * keys.stride;
+        for (int g = 0; g < NG; ++g) {
+          const T* kg = k + (SharedKey ? 0 : g * keys.group_stride);
+          float tail = 0.0f;
+          for (int c = dim_vec; c < keys.dim; ++c) tail += q[g * q_stride + c] * to_float(kg[c]);
+          scores[g * kTile + j0 + jj] += tail;
+        }
+      }
+  }
+}
+
+/// scores[g][j] for all `group` heads (queries q[group][key_dim]), in blocks of kHeadBlock heads.
+template <class Arch, class T>
+void score_tile(const float* q, int group, const KeyTile<T>& keys, float* scores) {
+  for (int g0 = 0; g0 < group; g0 += kHeadBlock) {
+    const KeyTile<T> block{keys.rows + g0 * keys.group_stride, keys.stride, keys.group_stride, keys.dim, keys.count};
+    with_head_block(std::min(kHeadBlock, group - g0), [&](auto ng) {
+      if (keys.group_stride == 0)
+        score_heads<Arch, decltype(ng)::value, true>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
+      else
+        score_heads<Arch, decltype(ng)::value, false>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
+    });
+  }
+}
+
+/// acc[g][c .. c + NC*W) += sum_j p[g][j] row_j[c ..] for NG heads: NG x NC accumulators stay in
+/// registers over the n rows, each row's NC vectors are loaded once for the NG heads.
+/// Registers: NG*NC accumulators + NC values + 1 weight (4x4: 21 of AVX-512's 32).
+template <class Arch, int NG, int NC, class T>
+void accumulate_columns(const float* p, const T* rows, std::ptrdiff_t stride, int n, float* acc, int acc_stride, int c) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  B a[NG][NC];
+  for (int g = 0; g < NG; ++g)
+    for (int i = 0; i < NC; ++i) a[g][i] = B::load_unaligned(acc + g * acc_stride + c + i * W);
+  for (int j = 0; j < n; ++j) {
+    const T* r = rows + std::ptrdiff_t(j) * stride + c;
+    B v[NC];
+    for (int i = 0; i < NC; ++i) v[i] = load_floats<Arch>(r + i * W);
+    for (int g = 0; g < NG; ++g) {
+      const B w(p[g * kTile + j]);
+      for (int i = 0; i < NC; ++i) a[g][i] = xsimd::fma(w, v[i], a[g][i]);
+    }
+  }
+  for (int g = 0; g < NG; ++g)
+    for (int i = 0; i < NC; ++i) a[g][i].store_unaligned(acc + g * acc_stride + c + i * W);
+}
+
+/// acc[g][:] += sum_j p[g][j] row_j[:] for all `group` heads, row_j = rows + j * stride, `dim`
+/// columns. Column blocks outside, head blocks inside: a column block of the tile's rows stays in
+/// L1 while every head block reads it.
+template <class Arch, class T>
+void accumulate_tile(const float* p, int group, const T* rows, std::ptrdiff_t stride, int n, float* acc, int dim) {
+  constexpr int W = int(xsimd::batch<float, Arch>::size);
+  const auto columns = [&](auto nc, int c) {
+    for (int g0 = 0; g0 < group; g0 += kHeadBlock)
+      with_head_block(std::min(kHeadBlock, group - g0), [&](auto ng) {
+        accumulate_columns<Arch, decltype(ng)::value, decltype(nc)::value>(p + g0 * kTile, rows, stride, n, acc + std::ptrdiff_t(g0) * dim, dim, c);
+      });
+  };
+  int c = 0;
+  for (; c + 4 * W <= dim; c += 4 * W) columns(std::integral_constant<int, 4>{}, c);
+  for (; c + W <= dim; c += W) columns(std::integral_constant<int, 1>{}, c);
+  for (; c < dim; ++c)  // columns past the last full vector
+    for (int g = 0; g < group; ++g) {
+      float a = acc[std::ptrdiff_t(g) * dim + c];
+      for (int j = 0; j < n; ++j) a += p[g * kTile + j] * to_float(rows[std::ptrdiff_t(j) * stride + c]);
+      acc[std::ptrdiff_t(g) * dim + c] = a;
+    }
+}
+
+}  // namespace polyattn::exec::cpu

@@ -1,0 +1,116 @@
+// 16-bit caches on the CpuSimd executor: Attention<V, L, exec::CpuSimd, T> for T = Eigen::half
+// and Eigen::bfloat16 against exec::Reference over the *same* 16-bit cache (both read exactly the
+// rounded values; CpuSimd converts them to fp32 right after the load and sums in fp32, Reference
+// in double), so the difference is the fp32 summation error alone:
+//  - Mha, Gqa<2>, Mqa: q, k, v in [-1, 1] (rounding keeps them there), fp32_attention_tolerance.
+//  - SlimK2, XCache: a converted layer (support/mha_layer.hpp), executor_tolerance, with the key
+//    and value norms it measures on the unrounded rows raised by (1 + u) for the rounding.
+// NaN-poisoned unused capacity, ragged batches (one sequence long enough to be split across
+// threads), head dims that are not a multiple of 16, page boundaries (Paged<16>).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include <polyattn/polyattn.hpp>
+#include <polyattn/variants/slim_k.hpp>
+#include <polyattn/variants/x_cache.hpp>
+
+#include "support/dense_oracle.hpp"
+#include "support/executor_tolerance.hpp"
+#include "support/mha_layer.hpp"
+#include "support/rounded_cache.hpp"
+
+using namespace polyattn;
+using namespace polyattn::testing;
+
+namespace {
+
+template <class V, class L, class T>
+struct Combo {
+  using variant = V;
+  using layout = L;
+  using element = T;
+};
+
+/// Prefills sequences of ragged lengths, then decodes them together; returns every output row
+/// stacked (prefill rows, then each step's batch). Same rng seed -> same inputs for both executors.
+template <class A>
+RowMatrixXf ragged_prefill_then_decode(AttentionShape shape) {
+  using V = typename A::variant_type;
+  const int kv_width = V::kv_heads(shape) * shape.head_dim, q_width = shape.query_width();
+  std::mt19937 rng(31 + shape.head_dim);
+  A attn(shape, {.max_sequences = 3, .capacity = 310, .poison_unused = true}, {}, 2);
+  std::vector<int> seqs;
+  std::vector<RowMatrixXf> outs;
+  for (int length : {300, 1, 13}) {  // 300: split across the two threads
+    const int seq = attn.open_sequence();
+    seqs.push_back(seq);
+    RowMatrixXf q = random_matrix(length, q_width, rng), k = random_matrix(length, kv_width, rng), v = random_matrix(length, kv_width, rng);
+    outs.emplace_back(length, q_width);
+    attn.prefill(seq, q, {k, v}, Mask::causal, outs.back());
+  }
+  std::reverse(seqs.begin(), seqs.end());
+  for (int step = 0; step < 3; ++step) {
+    RowMatrixXf q = random_matrix(3, q_width, rng), k = random_matrix(3, kv_width, rng), v = random_matrix(3, kv_width, rng);
+    outs.emplace_back(3, q_width);
+    attn.decode(seqs, q, {k, v}, outs.back());
+  }
+  Eigen::Index rows = 0;
+  for (const RowMatrixXf& o : outs) rows += o.rows();
+  RowMatrixXf all(rows, q_width);
+  rows = 0;
+  for (const RowMatrixXf& o : outs) {
+    all.middleRows(rows, o.rows()) = o;
+    rows += o.rows();
+  }
+  return all;
+}
+
+template <class V, class L, class T>
+void check_kv_sharing_variant() {
+  for (int head_dim : {17, 64, 72}) {
+    const AttentionShape shape{6, head_dim};
+    const RowMatrixXf cpu = ragged_prefill_then_decode<Attention<V, L, exec::CpuSimd, T>>(shape);
+    const RowMatrixXf ref = ragged_prefill_then_decode<Attention<V, L, exec::Reference, T>>(shape);
+    INFO(Attention<V, L, exec::CpuSimd, T>::name(), " ", sizeof(T) * 8, "-bit cache, head_dim ", head_dim);
+    CHECK(max_abs_diff(cpu, ref) <= fp32_attention_tolerance(head_dim, 303));
+  }
+}
+
+template <class V, class L, class T>
+void check_converted_variant() {
+  const AttentionShape shape{6, 20};  // input width 120, heads of 20: neither a multiple of 16
+  std::mt19937 rng(23);
+  LayerModel m;
+  m.shape = shape;
+  m.mha = random_mha_weights(shape.input_width(), shape.query_width(), 10.0, rng);
+  m.slim = convert_to_slim_k(m.mha, {});
+  m.xcache = make_x_cache_params(m.mha, shape);
+  const Script s = Script::random(shape.input_width(), rng, 4, 0.0, 1);  // sequence b: one token
+  Attention<V, L, exec::CpuSimd, T> cpu(shape, script_cache(), params_for<V>(m), 2);
+  Attention<V, L, exec::Reference, T> ref(shape, script_cache(), params_for<V>(m), 2);
+  const double u = unit_roundoff<T>();
+  const double tol = executor_tolerance<V>(m, s, script_cache().capacity) * (1 + u) * (1 + u);
+  INFO(decltype(cpu)::name(), " ", sizeof(T) * 8, "-bit cache");
+  CHECK(max_abs_diff(run_script(cpu, m, s), run_script(ref, m, s)) <= tol);
+}
+
+#define POLYATTN_CPU_ELEMENT_COMBOS_FOR(V)                                                                       \
+  Combo<V, Nhd, Eigen::half>, Combo<V, Hnd, Eigen::half>, Combo<V, Paged<16>, Eigen::half>,                   \
+      Combo<V, Nhd, Eigen::bfloat16>, Combo<V, Hnd, Eigen::bfloat16>, Combo<V, Paged<16>, Eigen::bfloat16>
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("CpuSimd over a 16-bit cache matches Reference over the same cache", C,
+                   POLYATTN_CPU_ELEMENT_COMBOS_FOR(Mha), POLYATTN_CPU_ELEMENT_COMBOS_FOR(Gqa<2>),
+                   POLYATTN_CPU_ELEMENT_COMBOS_FOR(Mqa), POLYATTN_CPU_ELEMENT_COMBOS_FOR(SlimK2),
+                   POLYATTN_CPU_ELEMENT_COMBOS_FOR(XCache)) {
+  using V = typename C::variant;
+  if constexpr (std::is_same_v<V, SlimK2> || std::is_same_v<V, XCache>)
+    check_converted_variant<V, typename C::layout, typename C::element>();
+  else
+    check_kv_sharing_variant<V, typename C::layout, typename C::element>();
+}
