@@ -32,7 +32,7 @@ inline float stream_sum(const float* data, std::size_t n) {
 
 /// Best-of-`repeats` streaming read over `bytes` (far larger than the last-level cache) with
 /// `threads` threads, in bytes per second.
-inline double measure_read_bandwidth(std::size_t bytes = std::size_t(512) << 20, int threads = 0, int repeats = 5) {
+inline double measure_read_bandwidth(std::size_t bytes = std::size_t(2) << 30, int threads = 0, int repeats = 5) {
   std::vector<float> buffer(bytes / sizeof(float), 1.0f);  // written once, so every page is mapped
   ThreadPool pool(threads);
   const int parts = pool.size();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include <polyattn/variants/mla.hpp>
 #include <polyattn/variants/mtla.hpp>
 #include <polyattn/variants/slim_k.hpp>
+#include <polyattn/variants/x_cache.hpp>
 
 namespace polyattn::bench {
 
@@ -57,6 +59,23 @@ struct Inputs<SlimK<Option, Positions>> {  // K-only cache: W_kv (e, e) and key 
   RowMatrixXf k;
   Inputs(AttentionShape s, std::mt19937& rng) : k(uniform(kFillBlock, s.query_width(), rng)) {}
   typename V::Rows rows(int n) const { return {k.topRows(n)}; }
+};
+
+template <>
+struct Inputs<XCache> {  // the layer input x is cached; projection weights for the queries and outputs
+  static XCache::Params params(AttentionShape s, std::mt19937& rng) {
+    const int d = s.input_width(), e = s.query_width();
+    const float r = 1.f / std::sqrt(float(d));
+    MhaWeights w;
+    w.w_q = uniform(d, e, rng, r);
+    w.w_k = uniform(d, e, rng, r);
+    w.w_v = uniform(d, e, rng, r);
+    w.w_o = uniform(e, d, rng, 1.f / std::sqrt(float(e)));
+    return make_x_cache_params(w, s, cheaper_x_cache_query_path(s));
+  }
+  RowMatrixXf x;
+  Inputs(AttentionShape s, std::mt19937& rng) : x(uniform(kFillBlock, s.input_width(), rng)) {}
+  XCache::Rows rows(int n) const { return {x.topRows(n)}; }
 };
 
 template <int R, int K, MlaKeyPart P>

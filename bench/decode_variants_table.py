@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Turns Google Benchmark JSON from bench_decode_variants into Markdown: per (layout, element,
+L, batch) each variant's time per step, fraction of its roofline and which roof binds (M: memory,
+C: compute), then time ratios against MHA at the same shape next to the byte ratios, and 16-bit
+against float. Usage: decode_variants_table.py run.json [before.json] (before: a second column
+of fractions of roofline, e.g. the previous kernel's run)."""
+import json
+import re
+import sys
+
+NAME = re.compile(r"BM_DecodeVariant<polyattn::(\w+(?:<\d+>)?), polyattn::(\w+(?:<\d+>)?), (\w+(?:::\w+)?)>/L:(\d+)/batch:(\d+)")
+VARIANTS = ["Mha", "Gqa<2>", "Mqa", "SlimK2", "XCache"]
+ELEMENT = {"float": "f32", "Eigen::half": "f16", "Eigen::bfloat16": "bf16"}
+
+
+def load(path):
+    data = json.load(open(path))
+    runs = {}
+    for run in data["benchmarks"]:
+        m = NAME.search(run["name"])
+        if not m or run.get("run_type") == "aggregate" or run.get("error_occurred"):
+            continue
+        v, layout, element, length, batch = m.groups()
+        if v.startswith("SlimK"):
+            v = "SlimK2"
+        runs[(layout, ELEMENT.get(element, element), int(length), int(batch), v)] = run
+    return data.get("context", {}), runs
+
+
+def main(path, before_path=None):
+    context, runs = load(path)
+    before = load(before_path)[1] if before_path else {}
+    print(f"CPU: {context.get('cpu_model')}; read probe {float(context.get('read_probe_GB_per_s', 0)):.1f} GB/s; "
+          f"FMA probe {float(context.get('fma_probe_GFMA_per_s', 0)):.1f} GFMA/s\n")
+    shapes = sorted({k[:4] for k in runs})
+    head = "| layout | T | L | batch | " + " | ".join(f"{v} us, of roof{' (before)' if before else ''}" for v in VARIANTS)
+    print(head + " | SlimK2/MHA t (bytes) | XCache/MHA t (bytes) | MQA/MHA t (bytes) |")
+    print("|" + "---|" * (4 + len(VARIANTS) + 3))
+    for shape in shapes:
+        cells = []
+        for v in VARIANTS:
+            r = runs.get(shape + (v,))
+            if not r:
+                cells.append("-")
+                continue
+            cell = f"{r['real_time']:.0f}, {r['of_roofline']:.2f}{'M' if r['memory_bound'] else 'C'}"
+            b = before.get(shape + (v,))
+            if b:
+                cell += f" ({b['of_roofline']:.2f})"
+            cells.append(cell)
+        ratios = []
+        mha = runs.get(shape + ("Mha",))
+        for v in ("SlimK2", "XCache", "Mqa"):
+            r = runs.get(shape + (v,))
+            ratios.append(f"{r['real_time'] / mha['real_time']:.2f} ({r['MB_per_step'] / mha['MB_per_step']:.2f})" if r and mha else "-")
+        print(f"| {shape[0]} | {shape[1]} | {shape[2]} | {shape[3]} | " + " | ".join(cells + ratios) + " |")
+    print("\n16-bit against float, time ratio (bytes 0.50):\n")
+    print("| layout | L | batch | " + " | ".join(f"{v} f16/f32, bf16/f32" for v in VARIANTS) + " |")
+    print("|" + "---|" * (3 + len(VARIANTS)))
+    for layout, length, batch in sorted({(k[0], k[2], k[3]) for k in runs}):
+        cells = []
+        for v in VARIANTS:
+            f = runs.get((layout, "f32", length, batch, v))
+            parts = [f"{runs[(layout, e, length, batch, v)]['real_time'] / f['real_time']:.2f}" if f and (layout, e, length, batch, v) in runs else "-"
+                     for e in ("f16", "bf16")]
+            cells.append(", ".join(parts))
+        print(f"| {layout} | {length} | {batch} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
