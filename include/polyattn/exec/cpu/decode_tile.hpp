@@ -17,21 +17,22 @@
 namespace polyattn::exec::cpu {
 
 /// Tokens per tile: one softmax rescale and one vectorised exp per head per tile. A multiple of
-/// every SIMD width; 64 rows of a 64-float head are 16 KiB (fp32): the tile is still in L1
-/// when the value pass reads it again (K-only caches read the same rows twice).
+/// every SIMD width. Fewer rows for wide rows (so that a tile stays in L1 between its score and
+/// value passes: 16 rows of XCache's 1536-byte row) ran 1.1-1.2x slower on SlimK2 and XCache.
 inline constexpr int kTile = 64;
 
-/// Query heads of a group handled together in registers (more would spill: see the counts below).
-inline constexpr int kHeadBlock = 4;
+/// Vector registers of the architecture: the register blocks below are sized to fit them.
+template <class Arch>
+inline constexpr int kVectorRegisters = std::is_base_of_v<xsimd::avx512f, Arch> ? 32 : 16;
 
-/// Calls f(std::integral_constant<int, n>) for a runtime 1 <= n <= kHeadBlock.
-template <class F>
-inline void with_head_block(int n, F&& f) {
-  switch (n) {
-    case 1: f(std::integral_constant<int, 1>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 3: f(std::integral_constant<int, 3>{}); break;
-    default: f(std::integral_constant<int, 4>{}); break;
+/// Calls f(std::integral_constant<int, n>) for a runtime 1 <= n <= Max (larger n as Max).
+template <int Max, int N = 1, class F>
+inline void with_count(int n, F&& f) {
+  if constexpr (N < Max) {
+    if (n == N) return f(std::integral_constant<int, N>{});
+    return with_count<Max, N + 1>(n, f);
+  } else {
+    f(std::integral_constant<int, Max>{});
   }
 }
 
@@ -87,33 +88,37 @@ struct KeyTile {
   int count;                   // n <= kTile rows
 };
 
-/// Scores of NG query heads (pre-scaled queries q[NG][dim], row stride `q_stride`) against a
-/// tile: each token's dot product is kept as a vector of W partial sums, and every W tokens
-/// sum_each reduces the W vectors to one vector of W scores (a transpose-and-add tree, a few
-/// shuffles per token instead of a full horizontal sum). scores[g * kTile + j], j < round_up(n, W).
+
+/// Scores of NG query heads (pre-scaled queries q[NG][dim], row stride q_stride) against the
+/// rows of a tile, token after token: each row is read front to back once for the NG heads (one
+/// key for all of them when the group shares it: MQA, GQA, XCache, MLA; else head g's slice at
+/// g * group_stride: SlimK2's packed row). The W dot products of a W-block of tokens are reduced
+/// together by sum_each: no horizontal sum per token. Rows are read in order because that is what
+/// the hardware prefetchers follow: a register block of 8 rows read column-block by column-block
+/// ran 1.3-1.5x slower on MHA and MQA with the cache in L3 or DRAM (AMD EPYC Zen 4), and one
+/// head's slice across all rows of the tile, then the next head's, 1.4x slower on SlimK2.
 /// Registers: NG accumulators + 1 key + 1 query.
 template <class Arch, int NG, bool SharedKey, class T>
-void score_heads(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys, float* scores) {
+void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys, float* scores) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
   const int dim_vec = keys.dim / W * W;
-  alignas(64) B partial[NG][W];  // (head, token of the W-block): W lanes of partial sums; L1-resident
+  alignas(64) B partial[NG][W];
   for (int j0 = 0; j0 < keys.count; j0 += W) {
     const int m = std::min(W, keys.count - j0);
-    for (int jj = 0; jj < W; ++jj) {
+    for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
+      const T* k = keys.rows + std::ptrdiff_t(std::min(j0 + jj, keys.count - 1)) * keys.stride;
       B acc[NG];
       for (int g = 0; g < NG; ++g) acc[g] = B(0.0f);
-      if (jj < m) {
-        const T* k = keys.rows + std::ptrdiff_t(j0 + jj) * keys.stride;
+      if constexpr (SharedKey) {
         for (int c = 0; c < dim_vec; c += W) {
-          if constexpr (SharedKey) {
-            const B kv = load_floats<Arch>(k + c);  // loaded once for the NG heads
-            for (int g = 0; g < NG; ++g) acc[g] = xsimd::fma(B::load_unaligned(q + g * q_stride + c), kv, acc[g]);
-          } else {
-            for (int g = 0; g < NG; ++g)
-              acc[g] = xsimd::fma(B::load_unaligned(q + g * q_stride + c), load_floats<Arch>(k + g * keys.group_stride + c), acc[g]);
-          }
+          const B kv = load_floats<Arch>(k + c);
+          for (int g = 0; g < NG; ++g) acc[g] = xsimd::fma(B::load_unaligned(q + g * q_stride + c), kv, acc[g]);
         }
+      } else {
+        for (int g = 0; g < NG; ++g)
+          for (int c = 0; c < dim_vec; c += W)
+            acc[g] = xsimd::fma(B::load_unaligned(q + g * q_stride + c), load_floats<Arch>(k + g * keys.group_stride + c), acc[g]);
       }
       for (int g = 0; g < NG; ++g) partial[g][jj] = acc[g];
     }
@@ -131,23 +136,25 @@ void score_heads(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys
   }
 }
 
-/// scores[g][j] for all `group` heads (queries q[group][key_dim]), in blocks of kHeadBlock heads.
+/// scores[g][j] for all `group` heads (queries q[group][key_dim]), in blocks of up to 8 heads (4
+/// on AVX2).
 template <class Arch, class T>
 void score_tile(const float* q, int group, const KeyTile<T>& keys, float* scores) {
-  for (int g0 = 0; g0 < group; g0 += kHeadBlock) {
+  constexpr int kHeads = kVectorRegisters<Arch> == 32 ? 8 : 4;
+  for (int g0 = 0; g0 < group; g0 += kHeads) {
     const KeyTile<T> block{keys.rows + g0 * keys.group_stride, keys.stride, keys.group_stride, keys.dim, keys.count};
-    with_head_block(std::min(kHeadBlock, group - g0), [&](auto ng) {
+    with_count<kHeads>(std::min(kHeads, group - g0), [&](auto ng) {
       if (keys.group_stride == 0)
-        score_heads<Arch, decltype(ng)::value, true>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
+        score_rows<Arch, decltype(ng)::value, true>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
       else
-        score_heads<Arch, decltype(ng)::value, false>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
+        score_rows<Arch, decltype(ng)::value, false>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
     });
   }
 }
 
 /// acc[g][c .. c + NC*W) += sum_j p[g][j] row_j[c ..] for NG heads: NG x NC accumulators stay in
 /// registers over the n rows, each row's NC vectors are loaded once for the NG heads.
-/// Registers: NG*NC accumulators + NC values + 1 weight (4x4: 21 of AVX-512's 32).
+/// Registers: NG*NC accumulators + NC values + 1 weight.
 template <class Arch, int NG, int NC, class T>
 void accumulate_columns(const float* p, const T* rows, std::ptrdiff_t stride, int n, float* acc, int acc_stride, int c) {
   using B = xsimd::batch<float, Arch>;
@@ -174,9 +181,10 @@ void accumulate_columns(const float* p, const T* rows, std::ptrdiff_t stride, in
 template <class Arch, class T>
 void accumulate_tile(const float* p, int group, const T* rows, std::ptrdiff_t stride, int n, float* acc, int dim) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
+  constexpr int kHeads = kVectorRegisters<Arch> == 32 ? 6 : 2;  // 6 x 4 + 4 + 1 = 29 of 32 registers
   const auto columns = [&](auto nc, int c) {
-    for (int g0 = 0; g0 < group; g0 += kHeadBlock)
-      with_head_block(std::min(kHeadBlock, group - g0), [&](auto ng) {
+    for (int g0 = 0; g0 < group; g0 += kHeads)
+      with_count<kHeads>(std::min(kHeads, group - g0), [&](auto ng) {
         accumulate_columns<Arch, decltype(ng)::value, decltype(nc)::value>(p + g0 * kTile, rows, stride, n, acc + std::ptrdiff_t(g0) * dim, dim, c);
       });
   };

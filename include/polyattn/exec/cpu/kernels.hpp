@@ -74,16 +74,6 @@ float exp_shifted_sum(float* s, int n, float m) {
   return xsimd::hadd(total);
 }
 
-/// Hints the rows [0, count) of a run (each `bytes` long) into the cache ahead of their use.
-template <class T>
-void prefetch_rows(const T* first, std::ptrdiff_t stride, int count, int elements) {
-  const int bytes = elements * int(sizeof(T));
-  for (int j = 0; j < count; ++j) {
-    const char* row = reinterpret_cast<const char*>(first + std::ptrdiff_t(j) * stride);
-    for (int b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
-  }
-}
-
 /// Scratch of one chunk: per query head of the group, a softmax state and a value_dim accumulator.
 struct ChunkResult {
   SoftmaxState<float>* states;  // [group]
@@ -103,18 +93,11 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int head,
     result.states[g] = SoftmaxState<float>{};
     std::fill_n(result.acc + std::ptrdiff_t(g) * dv, dv, 0.0f);
   }
-  const bool separate_values = spec.value_tensor != spec.key_tensor;
   int t = begin;
   while (t < end) {
     const auto keys = store.run(spec.key_tensor, seq, t, head);
     const auto values = store.run(spec.value_tensor, seq, t, head);
     const int n = std::min({end - t, keys.count, values.count, kTile});
-    // Value rows of this tile are read after the scores: ask for them now. The next tile's key
-    // rows, while they lie in this run.
-    if (separate_values) prefetch_rows(values.data + spec.value_offset, values.stride, n, dv);
-    const int next = std::min({end - t - n, keys.count - n, kTile});
-    if (next > 0) prefetch_rows(keys.data + std::ptrdiff_t(n) * keys.stride + spec.key_offset, keys.stride, next, spec.key_dim);
-
     score_tile<Arch>(q, G, KeyTile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n},
                      scores);
     for (int g = 0; g < G; ++g) {
