@@ -3,7 +3,7 @@
 L, batch) each variant's time per step, fraction of its roofline and which roof binds (M: memory,
 C: compute), then time ratios against MHA at the same shape next to the byte ratios, and 16-bit
 against float. Usage: decode_variants_table.py run.json [before.json] (before: a second column
-of fractions of roofline, e.g. the previous kernel's run)."""
+of fractions of roofline, e.g. the previous kernel's run). With repetitions, each case's median."""
 import json
 import re
 import sys
@@ -15,15 +15,23 @@ ELEMENT = {"float": "f32", "Eigen::half": "f16", "Eigen::bfloat16": "bf16"}
 
 def load(path):
     data = json.load(open(path))
-    runs = {}
+    runs, medians = {}, set()
     for run in data["benchmarks"]:
         m = NAME.search(run["name"])
-        if not m or run.get("run_type") == "aggregate" or run.get("error_occurred"):
+        if not m or run.get("error_occurred"):
+            continue
+        # With --benchmark_repetitions the median stands for the case (the VM's bandwidth drifts)
+        median = run.get("run_type") == "aggregate" and run.get("aggregate_name") == "median"
+        if run.get("run_type") == "aggregate" and not median:
             continue
         v, layout, element, length, batch = m.groups()
         if v.startswith("SlimK"):
             v = "SlimK2"
-        runs[(layout, ELEMENT.get(element, element), int(length), int(batch), v)] = run
+        key = (layout, ELEMENT.get(element, element), int(length), int(batch), v)
+        if median or key not in medians:
+            runs[key] = run
+        if median:
+            medians.add(key)
     return data.get("context", {}), runs
 
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
@@ -93,13 +94,24 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int head,
     result.states[g] = SoftmaxState<float>{};
     std::fill_n(result.acc + std::ptrdiff_t(g) * dv, dv, 0.0f);
   }
+  // The part of a key row a tile reads: the group's key span, and the values when they live there.
+  using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
+  const bool separate_values = spec.value_tensor != spec.key_tensor;
+  const int key_span = spec.key_group_stride ? (G - 1) * spec.key_group_stride + spec.key_dim : spec.key_dim;
+  const int read_begin = separate_values ? spec.key_offset : std::min(spec.key_offset, spec.value_offset);
+  const int read_end = separate_values ? spec.key_offset + key_span : std::max(spec.key_offset + key_span, spec.value_offset + dv);
   int t = begin;
   while (t < end) {
     const auto keys = store.run(spec.key_tensor, seq, t, head);
     const auto values = store.run(spec.value_tensor, seq, t, head);
     const int n = std::min({end - t, keys.count, values.count, kTile});
-    score_tile<Arch>(q, G, KeyTile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n},
-                     scores);
+    KeyTile<T> tile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n};
+    tile.next_count = std::min({n, keys.count - n, end - t - n});
+    if (tile.next_count > 0) {  // (a pointer past the run is never formed)
+      tile.next = reinterpret_cast<const char*>(keys.data + std::ptrdiff_t(n) * keys.stride + read_begin);
+      tile.next_bytes = (read_end - read_begin) * int(sizeof(T));
+    }
+    score_tile<Arch>(q, G, tile, scores);
     for (int g = 0; g < G; ++g) {
       float* s = scores + g * kTile;
       bound_scores<Arch>(s, n);
