@@ -16,6 +16,7 @@
 
 #include <whisper/model.hpp>
 #include <whisper/policies.hpp>
+#include <whisper/transcribe.hpp>  // ranks of its own, instantiated here
 #include <whisper/wav.hpp>
 #include <whisper/wer.hpp>
 

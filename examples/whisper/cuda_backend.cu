@@ -10,6 +10,7 @@
 #include "cublas_dense.cuh"
 #include "cuda_policies.cuh"
 #include "error.hpp"
+#include "transcribe.hpp"  // the CUDA combinations are instantiated here
 
 namespace polyattn::whisper {
 

@@ -32,18 +32,38 @@ using DefaultPolicies = DecoderPolicies<Self<self_kind::Mha>, Cross<cross::Basel
 // Every self-attention kind with the baseline cross cache, every cross option with MHA self-
 // attention, and the two smallest exact caches together. Exact: mha, slimk, xcache and every
 // cross option (equal up to float rounding); mla<R> approximates below full rank (384 for tiny.en).
-using DecoderCombinations = TypeList<DefaultPolicies,                                                 //
-                                     DecoderPolicies<Self<self_kind::Mha, Paged<16>>, Cross<cross::Baseline>>,  //
-                                     DecoderPolicies<Self<self_kind::SlimK>, Cross<cross::Baseline>>,       //
-                                     DecoderPolicies<Self<self_kind::XCache>, Cross<cross::Baseline>>,      //
-                                     DecoderPolicies<Self<self_kind::Mla<96>>, Cross<cross::Baseline>>,     //
-                                     DecoderPolicies<Self<self_kind::Mla<192>>, Cross<cross::Baseline>>,    //
-                                     DecoderPolicies<Self<self_kind::Mla<384>>, Cross<cross::Baseline>>,    //
-                                     DecoderPolicies<Self<self_kind::Mha>, Cross<cross::KOnly>>,            //
-                                     DecoderPolicies<Self<self_kind::Mha>, Cross<cross::SharedE>>,          //
-                                     DecoderPolicies<Self<self_kind::Mha>, Cross<cross::Hybrid>>,           //
-                                     DecoderPolicies<Self<self_kind::SlimK>, Cross<cross::SharedE>>,        //
-                                     DecoderPolicies<Self<self_kind::XCache>, Cross<cross::SharedE>>>;
+namespace combination {
+using MhaPaged = DecoderPolicies<Self<self_kind::Mha, Paged<16>>, Cross<cross::Baseline>>;
+using SlimK = DecoderPolicies<Self<self_kind::SlimK>, Cross<cross::Baseline>>;
+using XCache = DecoderPolicies<Self<self_kind::XCache>, Cross<cross::Baseline>>;
+using Mla96 = DecoderPolicies<Self<self_kind::Mla<96>>, Cross<cross::Baseline>>;
+using Mla192 = DecoderPolicies<Self<self_kind::Mla<192>>, Cross<cross::Baseline>>;
+using Mla384 = DecoderPolicies<Self<self_kind::Mla<384>>, Cross<cross::Baseline>>;
+using KOnly = DecoderPolicies<Self<self_kind::Mha>, Cross<cross::KOnly>>;
+using SharedE = DecoderPolicies<Self<self_kind::Mha>, Cross<cross::SharedE>>;
+using Hybrid = DecoderPolicies<Self<self_kind::Mha>, Cross<cross::Hybrid>>;
+using SlimKSharedE = DecoderPolicies<Self<self_kind::SlimK>, Cross<cross::SharedE>>;
+using XCacheSharedE = DecoderPolicies<Self<self_kind::XCache>, Cross<cross::SharedE>>;
+}  // namespace combination
+
+// The list as a macro, X(type) per combination, for what a TypeList cannot spell: the explicit
+// instantiations of transcribe_cpu.cpp. DecoderCombinations is built from it.
+#define POLYATTN_WHISPER_DECODER_COMBINATIONS(X)                                                                 \
+  X(::polyattn::whisper::DefaultPolicies) X(::polyattn::whisper::combination::MhaPaged)                          \
+  X(::polyattn::whisper::combination::SlimK) X(::polyattn::whisper::combination::XCache)                        \
+  X(::polyattn::whisper::combination::Mla96) X(::polyattn::whisper::combination::Mla192)                        \
+  X(::polyattn::whisper::combination::Mla384) X(::polyattn::whisper::combination::KOnly)                        \
+  X(::polyattn::whisper::combination::SharedE) X(::polyattn::whisper::combination::Hybrid)                      \
+  X(::polyattn::whisper::combination::SlimKSharedE) X(::polyattn::whisper::combination::XCacheSharedE)
+
+namespace detail {
+template <class Void, class... Ps>  // Void: the leading comma of the macro's ", P" items
+using combination_list = TypeList<Ps...>;
+}  // namespace detail
+
+#define POLYATTN_WHISPER_COMBINATION_ITEM(P) , P
+using DecoderCombinations = detail::combination_list<void POLYATTN_WHISPER_DECODER_COMBINATIONS(POLYATTN_WHISPER_COMBINATION_ITEM)>;
+#undef POLYATTN_WHISPER_COMBINATION_ITEM
 
 // Whether a combination is exact (the same tokens as MHA up to float rounding).
 template <class P>
