@@ -36,11 +36,9 @@ class CpuSimd {
   template <class Store>
   void attend(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) {
     using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
-    static_assert(!std::is_same_v<T, double>,
-                  "polyattn: the CpuSimd executor reads float, Eigen::half and Eigen::bfloat16 caches; double caches are "
-                  "exec::Reference only");
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>,
-                  "polyattn: the CpuSimd executor reads float, Eigen::half and Eigen::bfloat16 caches");
+                  "polyattn: the CpuSimd executor reads float, Eigen::half and Eigen::bfloat16 caches (double caches are "
+                  "exec::Reference only)");
     using Arch = xsimd::default_arch;
     const int H = spec.cache_heads, G = spec.group, dv = spec.value_dim;
     const int n_jobs = int(jobs.size());

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
-#include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
@@ -32,29 +31,24 @@ void scale(float alpha, float* y, int n) {
   for (; i < n; ++i) y[i] *= alpha;
 }
 
-/// s[j] = bounded_score(s[j]) (core/online_softmax.hpp) over round_up(n, W) lanes: +inf becomes
-/// the largest float; NaN (bad input, which must show) and -inf pass.
+/// Bounds s[0 .. n) in place (bounded_score, core/online_softmax.hpp: +inf becomes the largest
+/// float; NaN, bad input that must show, and -inf pass) and returns the largest, n >= 1. s is
+/// readable up to round_up(n, W): the padding lanes are set to -inf, which the exp below turns
+/// into 0.
 template <class Arch>
-void bound_scores(float* s, int n) {
-  using B = xsimd::batch<float, Arch>;
-  constexpr int W = int(B::size);
-  const B largest(kLargestFinite<float>);
-  for (int i = 0; i < n; i += W) {
-    const B x = B::load_unaligned(s + i);
-    xsimd::select(x > largest, largest, x).store_unaligned(s + i);
-  }
-}
-
-/// Largest of s[0 .. n), n >= 1; s is readable up to round_up(n, W) (the padding lanes are set
-/// to -inf here so that the exp below turns them into 0).
-template <class Arch>
-float tile_max(float* s, int n) {
+float bound_and_max(float* s, int n) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
   const int padded = (n + W - 1) / W * W;
   std::fill(s + n, s + padded, kNegativeInfinity<float>);
-  B m = B::load_unaligned(s);
-  for (int i = W; i < padded; i += W) m = xsimd::max(m, B::load_unaligned(s + i));
+  const B largest(kLargestFinite<float>);
+  B m(kNegativeInfinity<float>);
+  for (int i = 0; i < padded; i += W) {
+    const B x = B::load_unaligned(s + i);
+    const B bounded = xsimd::select(x > largest, largest, x);
+    bounded.store_unaligned(s + i);
+    m = xsimd::max(m, bounded);
+  }
   alignas(64) float lanes[W];
   m.store_aligned(lanes);
   return *std::max_element(lanes, lanes + W);
@@ -95,7 +89,6 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int head,
     std::fill_n(result.acc + std::ptrdiff_t(g) * dv, dv, 0.0f);
   }
   // The part of a key row a tile reads: the group's key span, and the values when they live there.
-  using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
   const bool separate_values = spec.value_tensor != spec.key_tensor;
   const int key_span = spec.key_group_stride ? (G - 1) * spec.key_group_stride + spec.key_dim : spec.key_dim;
   const int read_begin = separate_values ? spec.key_offset : std::min(spec.key_offset, spec.value_offset);
@@ -105,27 +98,23 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int head,
     const auto keys = store.run(spec.key_tensor, seq, t, head);
     const auto values = store.run(spec.value_tensor, seq, t, head);
     const int n = std::min({end - t, keys.count, values.count, kTile});
-    KeyTile<T> tile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n};
+    KeyTile tile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n};
     tile.next_count = std::min({n, keys.count - n, end - t - n});
     if (tile.next_count > 0) {  // (a pointer past the run is never formed)
       tile.next = reinterpret_cast<const char*>(keys.data + std::ptrdiff_t(n) * keys.stride + read_begin);
-      tile.next_bytes = (read_end - read_begin) * int(sizeof(T));
+      tile.next_bytes = (read_end - read_begin) * int(sizeof(*keys.data));
     }
     score_tile<Arch>(q, G, tile, scores);
     for (int g = 0; g < G; ++g) {
       float* s = scores + g * kTile;
-      bound_scores<Arch>(s, n);
-      const float block_max = tile_max<Arch>(s, n);
-      const float factor = result.states[g].raise_max(block_max);
-      if (result.states[g].empty()) {  // every score so far -inf: this tile adds nothing to head g
-        std::fill_n(s, n, 0.0f);
-        continue;
-      }
+      const float factor = result.states[g].raise_max(bound_and_max<Arch>(s, n));
+      if (result.states[g].empty()) continue;  // every score so far -inf: this tile adds nothing to head g
       if (factor != 1.0f) scale<Arch>(factor, result.acc + std::ptrdiff_t(g) * dv, dv);
       result.states[g].sum += exp_shifted_sum<Arch>(s, n, result.states[g].max);
     }
     accumulate_tile<Arch>(scores, G, values.data + spec.value_offset, values.stride, n, result.acc, dv);
-    // A head that has seen nothing keeps a zero accumulator, whatever the (weight 0) rows hold.
+    // A head that has seen nothing keeps a zero accumulator: its -inf scores were not turned into
+    // weights, so what accumulate_tile added for it is discarded here.
     for (int g = 0; g < G; ++g)
       if (result.states[g].empty()) std::fill_n(result.acc + std::ptrdiff_t(g) * dv, dv, 0.0f);
     t += n;
