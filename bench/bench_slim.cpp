@@ -19,27 +19,23 @@
 
 #include "support/decode_step.hpp"
 #include "support/read_bandwidth.hpp"
+#include "support/variant_inputs.hpp"
 
 namespace {
 
 using namespace polyattn;
 
-RowMatrixXf random_rows(int rows, int cols, std::mt19937& rng, float range = 1.f) {
-  std::uniform_real_distribution<float> dist(-range, range);
-  return RowMatrixXf::NullaryExpr(rows, cols, [&] { return dist(rng); });
-}
-
 MhaWeights random_weights(int d, std::mt19937& rng) {
   const float r = 1.f / std::sqrt(float(d));
   MhaWeights w;
-  w.w_q = random_rows(d, d, rng, r);
-  w.w_k = random_rows(d, d, rng, r);
-  w.w_v = random_rows(d, d, rng, r);
-  w.w_o = random_rows(d, d, rng, r);
-  w.b_q = random_rows(1, d, rng, 0.1f);
-  w.b_k = random_rows(1, d, rng, 0.1f);
-  w.b_v = random_rows(1, d, rng, 0.1f);
-  w.b_o = random_rows(1, d, rng, 0.1f);
+  w.w_q = bench::uniform(d, d, rng, r);
+  w.w_k = bench::uniform(d, d, rng, r);
+  w.w_v = bench::uniform(d, d, rng, r);
+  w.w_o = bench::uniform(d, d, rng, r);
+  w.b_q = bench::uniform(1, d, rng, 0.1f);
+  w.b_k = bench::uniform(1, d, rng, 0.1f);
+  w.b_v = bench::uniform(1, d, rng, 0.1f);
+  w.b_o = bench::uniform(1, d, rng, 0.1f);
   return w;
 }
 
@@ -64,7 +60,7 @@ void BM_SelfDecode(benchmark::State& state) {
   for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
 
   // Cached rows: what each variant stores for x in [-1, 1]: K, V = x W_k, x W_v; K; or x.
-  const RowMatrixXf x = random_rows(bench::kFillBlock, d, rng);
+  const RowMatrixXf x = bench::uniform(bench::kFillBlock, d, rng);
   const RowMatrixXf k = x * w.w_k, v = x * w.w_v;
   bench::fill_cache(attn, seqs, length, [&](A& a, int seq, int n) {
     if constexpr (std::is_same_v<V, Mha>) a.append(seq, {k.topRows(n), v.topRows(n)});
@@ -72,7 +68,7 @@ void BM_SelfDecode(benchmark::State& state) {
     else a.append(seq, {k.topRows(n)});
   });
 
-  const RowMatrixXf q = random_rows(batch, V::query_width(shape), rng);
+  const RowMatrixXf q = bench::uniform(batch, V::query_width(shape), rng);
   RowMatrixXf out(batch, V::output_width(shape));
   bench::time_attend_steps(state, attn, seqs, q, out);
 }
@@ -104,12 +100,12 @@ void BM_CrossStep(benchmark::State& state) {
   for (int l = 0; l < n_layers; ++l) layers.push_back(random_weights(d, rng));
   CrossAttention<Option, Nhd, exec::CpuSimd> cross(shape, layers, {.max_sequences = batch, .capacity = p}, 0);
   std::vector<int> seqs;
-  const RowMatrixXf e = random_rows(p, d, rng);
+  const RowMatrixXf e = bench::uniform(p, d, rng);
   for (int b = 0; b < batch; ++b) {
     seqs.push_back(cross.open_sequence());
     cross.set_encoder_output(seqs.back(), e);
   }
-  const RowMatrixXf x = random_rows(batch, d, rng);
+  const RowMatrixXf x = bench::uniform(batch, d, rng);
   RowMatrixXf y(batch, d);
   for (int l = 0; l < n_layers; ++l) cross.attend(l, seqs, x, y);  // the cross phase (first step), untimed
   bench::read_bandwidth();

@@ -19,7 +19,7 @@
 namespace polyattn::bench {
 
 /// Rows generated once and appended repeatedly while filling a cache (filling gigabytes with
-/// fresh random numbers would dominate the set-up time); decode_step.hpp's fill_cache appends
+/// fresh random numbers would dominate the set-up time); fill_cache below appends
 /// blocks of this size.
 inline constexpr int kFillBlock = 512;
 
@@ -71,7 +71,7 @@ struct Inputs<XCache> {  // the layer input x is cached; projection weights for 
     w.w_k = uniform(d, e, rng, r);
     w.w_v = uniform(d, e, rng, r);
     w.w_o = uniform(e, d, rng, 1.f / std::sqrt(float(e)));
-    return make_x_cache_params(w, s, cheaper_x_cache_query_path(s));
+    return make_x_cache_params(w, s);  // the cheaper query path for the shape
   }
   RowMatrixXf x;
   Inputs(AttentionShape s, std::mt19937& rng) : x(uniform(kFillBlock, s.input_width(), rng)) {}

@@ -18,10 +18,7 @@ inline constexpr bool kSanitizerSubset = true;
 // attention with the shared E-cache, and MHA with the hybrid cross cache (layer 0's K, which the
 // other layers read through W_k0^-1).
 using RealModelCombinations =
-    polyattn::TypeList<polyattn::whisper::DecoderPolicies<polyattn::whisper::Self<polyattn::whisper::self_kind::SlimK>,
-                                                          polyattn::whisper::Cross<polyattn::cross::SharedE>>,
-                       polyattn::whisper::DecoderPolicies<polyattn::whisper::Self<polyattn::whisper::self_kind::Mha>,
-                                                          polyattn::whisper::Cross<polyattn::cross::Hybrid>>>;
+    polyattn::TypeList<polyattn::whisper::combination::SlimKSharedE, polyattn::whisper::combination::Hybrid>;
 inline constexpr std::size_t kEspeakSentences = 1;
 #else
 inline constexpr bool kSanitizerSubset = false;

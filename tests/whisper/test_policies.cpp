@@ -118,7 +118,7 @@ TEST_SUITE("policies") {
     // batch 2: windows join as others finish (continuous batching); batch 8: all at once.
     check_batched(std::type_identity<DefaultPolicies>{}, 2);
     if (!whisper_test::kSanitizerSubset)
-      check_batched(std::type_identity<DecoderPolicies<Self<self_kind::Mha, polyattn::Paged<16>>, Cross<polyattn::cross::Baseline>>>{}, 8);
+      check_batched(std::type_identity<combination::MhaPaged>{}, 8);
   }
 }
 
