@@ -68,6 +68,24 @@ TEST_CASE("paged layout allocates pages as sequences grow and returns them on cl
   CHECK(store.length(a) == 9);
 }
 
+TEST_CASE("paged layout keeps a head's rows of a page contiguous, as HND does") {
+  const std::vector<TensorSpec> specs{{3, 4}};
+  CacheStore<Paged<4>, float> store(specs, {.max_sequences = 2, .capacity = 8, .pool_pages = 4});
+  const int a = store.open(), b = store.open();
+  store.grow(a, 4), store.grow(b, 4), store.grow(a, 4);  // a holds pages 0 and 2, b page 1
+  REQUIRE(store.pages_of(a).size() == 2);
+  CHECK(store.pages_of(a)[1] == 2);
+  // Inside a page: tokens of a head dim apart, heads page_size * dim apart.
+  CHECK(store.row(0, a, 2, 1) - store.row(0, a, 1, 1) == 4);
+  CHECK(store.row(0, a, 1, 2) - store.row(0, a, 1, 1) == 4 * 4);
+  CHECK(store.run(0, a, 1, 2).stride == 4);
+  CHECK(store.run(0, a, 1, 2).count == 3);
+  // A page is one block of page_size * heads * dim elements, wherever the page table puts it.
+  const float* page0 = store.row(0, a, 0, 0);
+  CHECK(store.row(0, b, 0, 0) - page0 == 4 * 3 * 4);
+  CHECK(store.row(0, a, 5, 1) - page0 == 2 * (4 * 3 * 4) + 1 * (4 * 4) + 1 * 4);
+}
+
 TEST_CASE("paged pool defaults to full capacity for every sequence") {
   const std::vector<TensorSpec> specs{{1, 8}};
   CacheStore<Paged<16>, float> store(specs, {.max_sequences = 4, .capacity = 448});

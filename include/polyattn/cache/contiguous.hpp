@@ -1,4 +1,5 @@
-// Contiguous layouts: every sequence owns `capacity` rows of each tensor up front.
+// Contiguous layouts: every sequence owns `capacity` rows of each tensor up front, one page of
+// `capacity` tokens in the terms of tensor_strides.hpp.
 //   Nhd: (seq, token, head, dim)  -- a token's heads are adjacent (append writes one block)
 //   Hnd: (seq, head, token, dim)  -- a head's tokens are adjacent (decode streams one block)
 #pragma once
@@ -9,33 +10,40 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "polyattn/cache/buffer_size.hpp"
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/cache/sequence_table.hpp"
+#include "polyattn/cache/tensor_strides.hpp"
 #include "polyattn/core/shape.hpp"
 
 namespace polyattn {
 
 struct Nhd {
   static std::string name() { return "nhd"; }
+  static constexpr TensorStrides strides(const TensorSpec& s, int page_tokens) { return token_major_strides(s, page_tokens); }
 };
 struct Hnd {
   static std::string name() { return "hnd"; }
+  static constexpr TensorStrides strides(const TensorSpec& s, int page_tokens) { return head_major_strides(s, page_tokens); }
 };
 
 namespace detail {
 
-template <class T, bool HeadMajor>
+template <class Layout, class T>
 class ContiguousStore {
  public:
+  static constexpr bool heads_adjacent = std::is_same_v<Layout, Nhd>;
+
   ContiguousStore(std::span<const TensorSpec> tensors, const CacheConfig& config)
       : table_(config.max_sequences, config.capacity), poison_(config.poison_unused) {
     for (const TensorSpec& spec : tensors) {
       require<ShapeError>(spec.heads >= 1 && spec.dim >= 1, "cache tensor shape must be positive, got (",
                           spec.heads, ", ", spec.dim, ")");
       specs_.push_back(spec);
+      strides_.push_back(Layout::strides(spec, config.capacity));
       const std::uint64_t slots = std::uint64_t(config.max_sequences) * std::uint64_t(config.capacity);  // both in [1, 2^31)
       data_.emplace_back(detail::cache_buffer_elements<T>(slots, spec), fill_value());
     }
@@ -68,9 +76,7 @@ class ContiguousStore {
   }
 
   CacheRun<T> run(int tensor, int seq, int token, int head) const {
-    const TensorSpec& s = specs_[std::size_t(tensor)];
-    const std::ptrdiff_t stride = HeadMajor ? s.dim : std::ptrdiff_t(s.heads) * s.dim;
-    return {row(tensor, seq, token, head), stride, table_.capacity() - token};
+    return {row(tensor, seq, token, head), std::ptrdiff_t(strides_[std::size_t(tensor)].token), table_.capacity() - token};
   }
 
   std::size_t bytes_allocated() const {
@@ -84,32 +90,28 @@ class ContiguousStore {
   T fill_value() const { return poison_ ? fill_value_nan() : T(0); }
 
   std::size_t offset(int tensor, int seq, int token, int head) const {
-    const TensorSpec& s = specs_[std::size_t(tensor)];
-    const std::size_t cap = std::size_t(table_.capacity());
-    if constexpr (HeadMajor)
-      return ((std::size_t(seq) * std::size_t(s.heads) + std::size_t(head)) * cap + std::size_t(token)) * std::size_t(s.dim);
-    else
-      return ((std::size_t(seq) * cap + std::size_t(token)) * std::size_t(s.heads) + std::size_t(head)) * std::size_t(s.dim);
+    return std::size_t(strides_[std::size_t(tensor)].offset(seq, token, head));  // a sequence is one page
   }
 
   SequenceTable table_;
   bool poison_;
   std::vector<TensorSpec> specs_;
+  std::vector<TensorStrides> strides_;  // Layout::strides(spec, capacity), per tensor
   std::vector<std::vector<T>> data_;  // one buffer per cached tensor
 };
 
 }  // namespace detail
 
 template <class T>
-class CacheStore<Nhd, T> : public detail::ContiguousStore<T, false> {
+class CacheStore<Nhd, T> : public detail::ContiguousStore<Nhd, T> {
  public:
-  using detail::ContiguousStore<T, false>::ContiguousStore;
+  using detail::ContiguousStore<Nhd, T>::ContiguousStore;
 };
 
 template <class T>
-class CacheStore<Hnd, T> : public detail::ContiguousStore<T, true> {
+class CacheStore<Hnd, T> : public detail::ContiguousStore<Hnd, T> {
  public:
-  using detail::ContiguousStore<T, true>::ContiguousStore;
+  using detail::ContiguousStore<Hnd, T>::ContiguousStore;
 };
 
 }  // namespace polyattn

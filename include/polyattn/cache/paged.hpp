@@ -1,7 +1,9 @@
 // Paged layout (vLLM / FlashInfer style): a pool of fixed-size pages shared by all sequences;
-// each sequence has a page table. Inside a page the layout is (token, head, dim). Pages are
-// taken from the pool as a sequence grows and returned when it is closed, so memory follows
-// the tokens actually held rather than max_sequences * capacity.
+// each sequence has a page table. Inside a page the layout is (head, token, dim), as in Hnd: a
+// head's rows of a page are contiguous, so decode streams them (one page of 16 float rows of 64
+// is 4 KiB per head) instead of striding over the other heads. Pages are taken from the pool as
+// a sequence grows and returned when it is closed, so memory follows the tokens actually held
+// rather than max_sequences * capacity.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include "polyattn/cache/buffer_size.hpp"
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/cache/sequence_table.hpp"
+#include "polyattn/cache/tensor_strides.hpp"
 #include "polyattn/core/shape.hpp"
 
 namespace polyattn {
@@ -24,11 +27,14 @@ struct Paged {
   static_assert(PageSize >= 1, "polyattn: Paged<PageSize> needs PageSize >= 1");
   static constexpr int page_size = PageSize;
   static std::string name() { return "paged" + std::to_string(PageSize); }
+  static constexpr TensorStrides strides(const TensorSpec& s, int page_tokens) { return head_major_strides(s, page_tokens); }
 };
 
 template <int PageSize, class T>
 class CacheStore<Paged<PageSize>, T> {
  public:
+  static constexpr bool heads_adjacent = false;  // head-major pages
+
   CacheStore(std::span<const TensorSpec> tensors, const CacheConfig& config)
       : table_(config.max_sequences, config.capacity),
         poison_(config.poison_unused),
@@ -38,6 +44,7 @@ class CacheStore<Paged<PageSize>, T> {
       require<ShapeError>(spec.heads >= 1 && spec.dim >= 1, "cache tensor shape must be positive, got (",
                           spec.heads, ", ", spec.dim, ")");
       specs_.push_back(spec);
+      strides_.push_back(Paged<PageSize>::strides(spec, PageSize));
       pool_.emplace_back(detail::cache_buffer_elements<T>(std::uint64_t(n_pages_) * PageSize, spec), fill_value());
     }
     free_pages_.reserve(std::size_t(n_pages_));
@@ -107,8 +114,7 @@ class CacheStore<Paged<PageSize>, T> {
   }
 
   CacheRun<T> run(int tensor, int seq, int token, int head) const {
-    const TensorSpec& s = specs_[std::size_t(tensor)];
-    return {row(tensor, seq, token, head), std::ptrdiff_t(s.elements()), PageSize - token % PageSize};
+    return {row(tensor, seq, token, head), std::ptrdiff_t(strides_[std::size_t(tensor)].token), PageSize - token % PageSize};
   }
 
   std::size_t bytes_allocated() const {
@@ -149,20 +155,19 @@ class CacheStore<Paged<PageSize>, T> {
     return int(std::max<std::int64_t>(0, pages_for(std::int64_t(table_.length(seq)) + n) - have));
   }
 
-  std::size_t page_offset(std::size_t tensor, int page) const { return std::size_t(page) * PageSize * specs_[tensor].elements(); }
+  std::size_t page_offset(std::size_t tensor, int page) const { return std::size_t(strides_[tensor].offset(page, 0, 0)); }
 
   std::size_t offset(int tensor, int seq, int token, int head) const {
-    const TensorSpec& s = specs_[std::size_t(tensor)];
     const int page = page_table_[std::size_t(seq)][std::size_t(token / PageSize)];
-    return page_offset(std::size_t(tensor), page) +
-           (std::size_t(token % PageSize) * std::size_t(s.heads) + std::size_t(head)) * std::size_t(s.dim);
+    return std::size_t(strides_[std::size_t(tensor)].offset(page, token % PageSize, head));
   }
 
   SequenceTable table_;
   bool poison_;
   int n_pages_ = 0;
   std::vector<TensorSpec> specs_;
-  std::vector<std::vector<T>> pool_;            // per tensor: (page, token in page, head, dim)
+  std::vector<TensorStrides> strides_;          // per tensor: Paged::strides(spec, PageSize)
+  std::vector<std::vector<T>> pool_;            // per tensor: (page, head, token in page, dim)
   std::vector<std::vector<int>> page_table_;    // per sequence: pages in token order
   std::vector<int> free_pages_;
 };

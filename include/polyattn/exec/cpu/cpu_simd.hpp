@@ -44,42 +44,50 @@ class CpuSimd {
     const int n_jobs = int(jobs.size());
     if (n_jobs == 0) return;
 
-    // Plan: enough units for every thread (4 per thread smooths uneven lengths).
-    const int pairs = n_jobs * H;
-    const int wanted_splits = std::max(1, (4 * threads() + pairs - 1) / pairs);
+    // Plan: a unit is one (job, chunk, cache head); a task runs the units of one (job, chunk) for
+    // a block of heads: all of them when a token's heads are adjacent in memory (Nhd), so that
+    // each tile's rows are read once for all heads, else one. Enough tasks for every thread
+    // (4 per thread smooths uneven lengths).
+    const int heads_per_task = Store::heads_adjacent ? H : 1;
+    const int head_blocks = H / heads_per_task;
+    const int blocks = n_jobs * head_blocks;
+    const int wanted_splits = std::max(1, (4 * threads() + blocks - 1) / blocks);
     std::vector<int> chunk_len(std::size_t{0} + std::size_t(n_jobs));
-    std::vector<int> first_unit(std::size_t(n_jobs) + 1, 0);
+    std::vector<int> first_unit(std::size_t(n_jobs) + 1, 0), first_task(std::size_t(n_jobs) + 1, 0);
     for (int j = 0; j < n_jobs; ++j) {
       const int visible = jobs[std::size_t(j)].visible;
       const int splits = std::clamp((visible + kMinChunk - 1) / kMinChunk, 1, wanted_splits);
       chunk_len[std::size_t(j)] = std::max(1, (visible + splits - 1) / splits);
       const int chunks = std::max(1, (visible + chunk_len[std::size_t(j)] - 1) / chunk_len[std::size_t(j)]);
       first_unit[std::size_t(j) + 1] = first_unit[std::size_t(j)] + chunks * H;
+      first_task[std::size_t(j) + 1] = first_task[std::size_t(j)] + chunks * head_blocks;
     }
     const int n_units = first_unit.back();
 
-    // Per unit and query head of the group: a softmax state and a value accumulator.
+    // Per unit and query head of the group: a softmax state and a value accumulator; the units
+    // of one (job, chunk) are adjacent, head after head.
     states_.assign(std::size_t(n_units) * G, SoftmaxState<float>{});
     acc_.resize(std::size_t(n_units) * G * dv);
 
-    pool_->parallel_for(n_units, [&](int unit) {
-      const int j = int(std::upper_bound(first_unit.begin(), first_unit.end(), unit) - first_unit.begin()) - 1;
+    pool_->parallel_for(first_task.back(), [&](int task) {
+      const int j = int(std::upper_bound(first_task.begin(), first_task.end(), task) - first_task.begin()) - 1;
       const QueryJob& job = jobs[std::size_t(j)];
-      const int local = unit - first_unit[std::size_t(j)];
-      const int h = local % H, chunk = local / H;
+      const int local = task - first_task[std::size_t(j)];
+      const int h0 = local % head_blocks * heads_per_task, chunk = local / head_blocks;
       const int begin = chunk * chunk_len[std::size_t(j)];
       const int end = std::min(job.visible, begin + chunk_len[std::size_t(j)]);
+      const std::size_t unit = std::size_t(first_unit[std::size_t(j)] + chunk * H + h0);
       thread_local std::vector<float> q, scores;
-      q.resize(std::size_t(G) * spec.key_dim);
+      q.resize(std::size_t(heads_per_task) * G * spec.key_dim);
       scores.resize(std::size_t(G) * cpu::kTile);
-      const float* q_head = job.query + std::ptrdiff_t(h) * G * spec.key_dim;
-      for (std::size_t i = 0; i < q.size(); ++i) q[i] = q_head[i] * spec.scale;  // fold the scale into q once
-      cpu::attend_chunk<Arch>(store, spec, job.seq, h, begin, end, q.data(),
-                        {states_.data() + std::size_t(unit) * G, acc_.data() + std::size_t(unit) * G * dv}, scores.data());
+      const float* q_heads = job.query + std::ptrdiff_t(h0) * G * spec.key_dim;
+      for (std::size_t i = 0; i < q.size(); ++i) q[i] = q_heads[i] * spec.scale;  // fold the scale into q once
+      cpu::attend_chunk<Arch>(store, spec, job.seq, h0, heads_per_task, begin, end, q.data(),
+                              {states_.data() + unit * G, acc_.data() + unit * G * dv}, scores.data());
     });
 
     // Merge each (job, head)'s chunks in order and normalise.
-    pool_->parallel_for(pairs, [&](int pair) {
+    pool_->parallel_for(n_jobs * H, [&](int pair) {
       const int j = pair / H, h = pair % H;
       const int chunks = (first_unit[std::size_t(j) + 1] - first_unit[std::size_t(j)]) / H;
       for (int g = 0; g < G; ++g) {

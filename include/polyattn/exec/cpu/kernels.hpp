@@ -69,54 +69,73 @@ float exp_shifted_sum(float* s, int n, float m) {
   return xsimd::hadd(total);
 }
 
-/// Scratch of one chunk: per query head of the group, a softmax state and a value_dim accumulator.
+/// The rows of tensor `tensor` that the tile after [t, t + n) reads (its first `count` rows,
+/// `width` elements from `offset`), from the run of this tile or, at its end, the next run.
+template <class Store, class Run>
+RowPrefetch next_rows(const Store& store, const Run& run, int tensor, int seq, int t, int n, int head, int offset, int width, int count) {
+  const auto next = n < run.count ? Run{run.data + std::ptrdiff_t(n) * run.stride, run.stride, run.count - n}
+                                  : store.run(tensor, seq, t + n, head);  // (a pointer past the run is never formed)
+  constexpr int size = int(sizeof(*run.data));
+  return {reinterpret_cast<const char*>(next.data + offset), next.stride * size, width * size, std::min(count, next.count)};
+}
+
+/// Scratch of one chunk: per cache head and query head of its group, a softmax state and a
+/// value_dim accumulator.
 struct ChunkResult {
-  SoftmaxState<float>* states;  // [group]
-  float* acc;                   // [group][value_dim]
+  SoftmaxState<float>* states;  // [heads][group]
+  float* acc;                   // [heads][group][value_dim]
 };
 
-/// Attends the `group` (pre-scaled) queries `q` [group][key_dim] of cache head `head` over tokens
-/// [begin, end) of `seq`, writing unnormalised partial results into `result`.
-/// `scores` is scratch of kTile * group floats.
+/// Attends the `group` (pre-scaled) queries of each cache head h in [first_head, first_head +
+/// heads), q[h - first_head][group][key_dim], over tokens [begin, end) of `seq`, writing
+/// unnormalised partial results into `result`. `scores` is scratch of kTile * group floats.
+/// The heads are taken tile by tile, all of them before the next tile: when a token's heads are
+/// adjacent (Nhd) the tile's rows are then read from memory once, front to back, for all heads,
+/// instead of one strided pass per head.
 /// Score semantics: a tile whose scores are all -inf for a head adds nothing to it (no
 /// exp(-inf - -inf)); a head that never sees a finite score keeps sum 0 (its output is 0).
 template <class Arch, class Store>
-void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int head, int begin, int end, const float* q,
-                  ChunkResult result, float* scores) {
+void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int first_head, int heads, int begin, int end,
+                  const float* q, ChunkResult result, float* scores) {
   const int G = spec.group, dv = spec.value_dim;
-  for (int g = 0; g < G; ++g) {
-    result.states[g] = SoftmaxState<float>{};
-    std::fill_n(result.acc + std::ptrdiff_t(g) * dv, dv, 0.0f);
-  }
+  std::fill_n(result.states, std::ptrdiff_t(heads) * G, SoftmaxState<float>{});
+  std::fill_n(result.acc, std::ptrdiff_t(heads) * G * dv, 0.0f);
   // The part of a key row a tile reads: the group's key span, and the values when they live there.
   const bool separate_values = spec.value_tensor != spec.key_tensor;
   const int key_span = spec.key_group_stride ? (G - 1) * spec.key_group_stride + spec.key_dim : spec.key_dim;
   const int read_begin = separate_values ? spec.key_offset : std::min(spec.key_offset, spec.value_offset);
   const int read_end = separate_values ? spec.key_offset + key_span : std::max(spec.key_offset + key_span, spec.value_offset + dv);
+  // With adjacent heads, the next tile is asked for from the first head's row to the last's.
+  const int head_width = store.tensors()[std::size_t(spec.key_tensor)].dim;
+  const int ask_end = Store::heads_adjacent ? (heads - 1) * head_width + read_end : read_end;
   int t = begin;
   while (t < end) {
-    const auto keys = store.run(spec.key_tensor, seq, t, head);
-    const auto values = store.run(spec.value_tensor, seq, t, head);
-    const int n = std::min({end - t, keys.count, values.count, kTile});
-    KeyTile tile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n};
-    tile.next_count = std::min({n, keys.count - n, end - t - n});
-    if (tile.next_count > 0) {  // (a pointer past the run is never formed)
-      tile.next = reinterpret_cast<const char*>(keys.data + std::ptrdiff_t(n) * keys.stride + read_begin);
-      tile.next_bytes = (read_end - read_begin) * int(sizeof(*keys.data));
+    // Rows of this tile: up to the end of the run (a page), which is the same for every head.
+    const int n = std::min({end - t, kTile, store.run(spec.key_tensor, seq, t, first_head).count,
+                            store.run(spec.value_tensor, seq, t, first_head).count});
+    for (int h = 0; h < heads; ++h) {
+      const auto keys = store.run(spec.key_tensor, seq, t, first_head + h);
+      const auto values = store.run(spec.value_tensor, seq, t, first_head + h);
+      KeyTile tile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n};
+      if (h == 0 && t + n < end)  // the next tile: the rest of this run, or the start of the next one (a page)
+        tile.next = next_rows(store, keys, spec.key_tensor, seq, t, n, first_head, read_begin, ask_end - read_begin,
+                              std::min(n, end - t - n));
+      SoftmaxState<float>* states = result.states + std::ptrdiff_t(h) * G;
+      float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
+      score_tile<Arch>(q + std::ptrdiff_t(h) * G * spec.key_dim, G, tile, scores);
+      for (int g = 0; g < G; ++g) {
+        float* s = scores + g * kTile;
+        const float factor = states[g].raise_max(bound_and_max<Arch>(s, n));
+        if (states[g].empty()) continue;  // every score so far -inf: this tile adds nothing to head g
+        if (factor != 1.0f) scale<Arch>(factor, acc + std::ptrdiff_t(g) * dv, dv);
+        states[g].sum += exp_shifted_sum<Arch>(s, n, states[g].max);
+      }
+      accumulate_tile<Arch>(scores, G, values.data + spec.value_offset, values.stride, n, acc, dv);
+      // A head that has seen nothing keeps a zero accumulator: its -inf scores were not turned
+      // into weights, so what accumulate_tile added for it is discarded here.
+      for (int g = 0; g < G; ++g)
+        if (states[g].empty()) std::fill_n(acc + std::ptrdiff_t(g) * dv, dv, 0.0f);
     }
-    score_tile<Arch>(q, G, tile, scores);
-    for (int g = 0; g < G; ++g) {
-      float* s = scores + g * kTile;
-      const float factor = result.states[g].raise_max(bound_and_max<Arch>(s, n));
-      if (result.states[g].empty()) continue;  // every score so far -inf: this tile adds nothing to head g
-      if (factor != 1.0f) scale<Arch>(factor, result.acc + std::ptrdiff_t(g) * dv, dv);
-      result.states[g].sum += exp_shifted_sum<Arch>(s, n, result.states[g].max);
-    }
-    accumulate_tile<Arch>(scores, G, values.data + spec.value_offset, values.stride, n, result.acc, dv);
-    // A head that has seen nothing keeps a zero accumulator: its -inf scores were not turned into
-    // weights, so what accumulate_tile added for it is discarded here.
-    for (int g = 0; g < G; ++g)
-      if (result.states[g].empty()) std::fill_n(result.acc + std::ptrdiff_t(g) * dv, dv, 0.0f);
     t += n;
   }
 }

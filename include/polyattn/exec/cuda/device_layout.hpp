@@ -1,22 +1,23 @@
-// Where a cache row lives, as a small POD that CUDA kernels take by value. Every layout is one
-// formula: a sequence's tokens are split into pages of `page_size` tokens, and
-//   row(tensor, seq, token, head) = data[tensor] + page * page_stride
-//                                   + (token % page_size) * token_stride + head * head_stride
+// Where a cache row lives, as a small POD that CUDA kernels take by value. Every layout is the
+// one formula of cache/tensor_strides.hpp, which the host stores use too:
+//   row(tensor, seq, token, head) = data[tensor] + strides.offset(page, token % page_size, head)
 // with page = page_table[seq * pages_per_seq + token / page_size] for Paged<P>, and for the
 // contiguous layouts page = seq with page_size = capacity (one page per sequence). The strides
-// come from the host store in exactly one place, `device_geometry()` below.
+// are the layout tag's own (Layout::strides), taken in `device_geometry()` below.
 //
 // Plain C++ (no CUDA types), so the addressing is checked against the host stores by an ordinary
 // test on any machine, GPU or not (tests/test_cuda_layout.cpp).
 #pragma once
 
 #include <cstddef>
+#include <concepts>
 #include <cstdint>
 #include <vector>
 
 #include "polyattn/cache/contiguous.hpp"
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/cache/paged.hpp"
+#include "polyattn/cache/tensor_strides.hpp"
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/host_device.hpp"
 #include "polyattn/core/shape.hpp"
@@ -25,13 +26,6 @@ namespace polyattn::exec::cuda {
 
 /// Cached tensors a device view can hold (MHA: K and V; K-only and X-cache: one).
 inline constexpr int kMaxCachedTensors = 4;
-
-/// Strides of one cached tensor, in elements.
-struct TensorStrides {
-  std::int64_t page = 0;   ///< between pages (contiguous: between sequences)
-  std::int64_t token = 0;  ///< between consecutive tokens of a page
-  std::int64_t head = 0;   ///< between heads of one token
-};
 
 /// The device layout view: base pointers, strides and the page table. Trivially copyable.
 template <class T>
@@ -47,9 +41,7 @@ struct DeviceCacheView {
 
   POLYATTN_HOST_DEVICE T* row(int tensor, int seq, int token, int head) const {
     const int page = page_table ? page_table[std::int64_t(seq) * pages_per_seq + token / page_size] : seq;
-    const TensorStrides& s = strides[tensor];
-    return data[tensor] + std::int64_t(page) * s.page + std::int64_t(token % page_size) * s.token +
-           std::int64_t(head) * s.head;
+    return data[tensor] + strides[tensor].offset(page, token % page_size, head);
   }
 };
 
@@ -93,30 +85,21 @@ DeviceGeometry device_geometry(const Store&) {
   return {};
 }
 
-/// Nhd: (seq, token, head, dim); a sequence is one page of `capacity` tokens.
-template <class T>
-DeviceGeometry device_geometry(const CacheStore<Nhd, T>& store) {
+/// Nhd and Hnd: a sequence is one page of `capacity` tokens.
+template <class Layout, class T>
+  requires std::same_as<Layout, Nhd> || std::same_as<Layout, Hnd>
+DeviceGeometry device_geometry(const CacheStore<Layout, T>& store) {
   DeviceGeometry g = detail::base_geometry(store, false, store.capacity(), store.max_sequences());
-  for (const TensorSpec& s : g.tensors)
-    g.strides.push_back({std::int64_t(store.capacity()) * s.heads * s.dim, std::int64_t(s.heads) * s.dim, s.dim});
+  for (const TensorSpec& s : g.tensors) g.strides.push_back(Layout::strides(s, store.capacity()));
   return g;
 }
 
-/// Hnd: (seq, head, token, dim).
-template <class T>
-DeviceGeometry device_geometry(const CacheStore<Hnd, T>& store) {
-  DeviceGeometry g = detail::base_geometry(store, false, store.capacity(), store.max_sequences());
-  for (const TensorSpec& s : g.tensors)
-    g.strides.push_back({std::int64_t(s.heads) * store.capacity() * s.dim, s.dim, std::int64_t(store.capacity()) * s.dim});
-  return g;
-}
-
-/// Paged<P>: (page, token in page, head, dim), pages found through the page table.
+/// Paged<P>: pages of P tokens found through the page table.
 template <int P, class T>
 DeviceGeometry device_geometry(const CacheStore<Paged<P>, T>& store) {
   DeviceGeometry g = detail::base_geometry(store, true, P, store.pool_pages());
   g.pages_per_seq = store.pages_per_sequence();
-  for (const TensorSpec& s : g.tensors) g.strides.push_back({std::int64_t(P) * s.heads * s.dim, std::int64_t(s.heads) * s.dim, s.dim});
+  for (const TensorSpec& s : g.tensors) g.strides.push_back(Paged<P>::strides(s, P));
   return g;
 }
 
