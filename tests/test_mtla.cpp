@@ -41,11 +41,12 @@ template <class V>
 RowMatrixXd incremental_f64(AttentionShape s, const typename V::Params& p, const RowMatrixXf& q, const RowMatrixXf& latent,
                             const RowMatrixXf& rope_key) {
   SlotStore store{V::rank + V::rope_dim, {}};
+  std::vector<double> open_row(V::rank);
   const int T = int(q.rows());
   RowMatrixXd out(T, s.n_heads * s.head_dim);
   const double scale = 1.0 / std::sqrt(double(s.head_dim + V::rope_dim));
   for (int i = 0; i < T; ++i) {
-    V::write_rows(store, 0, i, s, p, {latent, rope_key}, i, 1);
+    V::write_rows(store, 0, i, s, p, {latent, rope_key}, i, 1, open_row.data());
     const int slots = i / V::stride + 1;
     const Eigen::Map<const RowMatrixXd> rows(store.data.data(), slots, store.width);
     RowMatrixXd k(slots, s.n_heads * (s.head_dim + V::rope_dim));
@@ -87,8 +88,9 @@ TEST_CASE("Mtla's block cache update is the paper's per-token formula") {
   const auto p = random_mtla_params<V>(kShape, rng);
   const RowMatrixXf lat = random_matrix(5, V::rank, rng), kr = random_matrix(5, V::rope_dim, rng);
   SlotStore block{V::rank + V::rope_dim, {}}, one_by_one{V::rank + V::rope_dim, {}};
-  V::write_rows(block, 0, 0, kShape, p, {lat, kr}, 0, 5);  // tokens 0..4: slot 0 full, slot 1 holds 3 and 4
-  for (int i = 0; i < 5; ++i) V::write_rows(one_by_one, 0, i, kShape, p, {lat, kr}, i, 1);
+  std::vector<double> open_block(V::rank), open_one(V::rank);
+  V::write_rows(block, 0, 0, kShape, p, {lat, kr}, 0, 5, open_block.data());  // tokens 0..4: slot 0 full, slot 1 holds 3 and 4
+  for (int i = 0; i < 5; ++i) V::write_rows(one_by_one, 0, i, kShape, p, {lat, kr}, i, 1, open_one.data());
   for (int slot = 0; slot < 2; ++slot) {
     Eigen::RowVectorXd expected = Eigen::RowVectorXd::Zero(V::rank);
     for (int i = 3 * slot; i < std::min(5, 3 * slot + 3); ++i) {
@@ -101,6 +103,37 @@ TEST_CASE("Mtla's block cache update is the paper's per-token formula") {
     CHECK((got1 - expected).cwiseAbs().maxCoeff() <= 1e-13);
     const int newest = std::min(4, 3 * slot + 2);  // the slot's RoPE key is its newest token's
     for (int k = 0; k < V::rope_dim; ++k) CHECK(block.data[std::size_t(slot * block.width + V::rank + k)] == double(kr(newest, k)));
+  }
+}
+
+TEST_CASE_TEMPLATE("Mtla merges a 16-bit row in double and rounds it once", T, Eigen::half, Eigen::bfloat16) {
+  // Re-rounding the row at every merge (T(T(w0 c0) + w1 c1) ...) would add up to one rounding
+  // per merged token; the row must instead be the rounding of the exact sum.
+  using V = MtlaS<3>;
+  std::mt19937 rng(12);
+  const auto p = random_mtla_params<V>(kShape, rng);
+  Attention<V, Hnd, exec::Reference, T> attn(kShape, {.max_sequences = 2, .capacity = 4}, p);
+  const int other = attn.open_sequence(), seq = attn.open_sequence();  // two sequences: each keeps its own sum
+  const int n = 8;  // slots 0 and 1 full, slot 2 holds two tokens
+  const RowMatrixXf lat = random_matrix(n, V::rank, rng), kr = random_matrix(n, V::rope_dim, rng);
+  for (int i = 0; i < n; ++i) {
+    const int both[] = {other, seq};
+    RowMatrixXf lat2(2, V::rank), kr2(2, V::rope_dim), out2(2, V::output_width(kShape));
+    lat2 << lat.row(n - 1 - i), lat.row(i);
+    kr2 << kr.row(n - 1 - i), kr.row(i);
+    attn.decode(both, random_matrix(2, V::query_width(kShape), rng), {lat2, kr2}, out2);
+  }
+  for (int slot = 0; slot * V::stride < n; ++slot) {
+    Eigen::RowVectorXd sum = Eigen::RowVectorXd::Zero(V::rank);
+    for (int i = slot * V::stride; i < std::min(n, (slot + 1) * V::stride); ++i) {
+      const auto c = V::layer_norm<double>(p, lat.row(i));
+      sum += V::merge_weight<double>(p, c, slot) * c;
+    }
+    const T* row = attn.cache().row(0, seq, slot, 0);
+    for (int k = 0; k < V::rank; ++k) {
+      INFO("slot ", slot, " k ", k);
+      CHECK(float(row[k]) == float(T(sum(k))));
+    }
   }
 }
 

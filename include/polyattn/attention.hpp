@@ -131,7 +131,8 @@ class Attention {
         spec_(spec_for(shape_, params_)),
         store_(Variant::cache_tensors(shape_, params_), config),
         executor_(threads),
-        tokens_(merges_tokens ? std::size_t(config.max_sequences) : 0, 0) {}
+        tokens_(merges_tokens ? std::size_t(config.max_sequences) : 0, 0),
+        open_rows_(std::size_t(config.max_sequences) * std::size_t(Variant::open_row_width), 0.0) {}
 
   const AttentionShape& shape() const { return shape_; }
   const Params& params() const { return params_; }
@@ -260,7 +261,11 @@ class Attention {
     const int pos = length(seq);
     store_.grow(seq, int(new_rows(seq, n)));
     if constexpr (merges_tokens) tokens_[std::size_t(seq)] += n;
-    Variant::write_rows(store_, seq, pos, shape_, params_, rows, first_row, n);
+    if constexpr (Variant::open_row_width > 0)
+      Variant::write_rows(store_, seq, pos, shape_, params_, rows, first_row, n,
+                          open_rows_.data() + std::size_t(seq) * std::size_t(Variant::open_row_width));
+    else
+      Variant::write_rows(store_, seq, pos, shape_, params_, rows, first_row, n);
     return pos;
   }
 
@@ -295,6 +300,7 @@ class Attention {
   Store store_;
   Executor executor_;
   std::vector<int> tokens_;  // per sequence slot, when the variant merges tokens
+  std::vector<double> open_rows_;  // per sequence slot: Variant::open_row_width doubles (the open row's sum)
   std::vector<QueryJob> jobs_;
   std::vector<RowRequest> requests_;  // check_room's, kept to spare an allocation per decode
   AttendScratch<Variant> scratch_;  // for variants with query/output transforms or derived rows

@@ -46,6 +46,7 @@ struct Mtla : VariantBase {
   static constexpr int rope_dim = RopeDim;
   static constexpr int hyper_dim = Rank / 4;
   static constexpr int tokens_per_row = Stride;
+  static constexpr int open_row_width = Rank;
   static constexpr bool transforms_queries = true;
   static constexpr bool transforms_outputs = true;
 
@@ -158,8 +159,11 @@ struct Mtla : VariantBase {
   /// Merges tokens pos, pos + 1, ... (rows [first_row, first_row + n)) into their slots; the
   /// slots exist (Attention grew the store to ceil((pos + n) / Stride) rows). The hyper-network
   /// runs once for the block (in double): Lin_c over the n latents, Lin_p over the slots touched.
+  /// `open_row` (Rank doubles, the sequence's own) holds the unrounded sum of the slot being
+  /// filled: each merge adds to it and the row is written from it, rounded to T once.
   template <class Store>
-  static void write_rows(Store& store, int seq, int pos, AttentionShape, const Params& p, const Rows& r, int first_row, int n) {
+  static void write_rows(Store& store, int seq, int pos, AttentionShape, const Params& p, const Rows& r, int first_row, int n,
+                         double* open_row) {
     if (n <= 0) return;
     using Mat = RowMatrix<double>;
     const int first_slot = pos / Stride, slots = (pos + n - 1) / Stride - first_slot + 1;
@@ -173,10 +177,10 @@ struct Mtla : VariantBase {
       const double w = 1.0 / (1.0 + std::exp(-hp.row(slot - first_slot).dot(hc.row(i))));
       auto* row = store.row(0, seq, slot, 0);
       using T = std::remove_cvref_t<decltype(*row)>;
-      if (token % Stride == 0)
-        for (int k = 0; k < Rank; ++k) row[k] = T(w * c(i, k));
-      else
-        for (int k = 0; k < Rank; ++k) row[k] = T(double(row[k]) + w * c(i, k));
+      for (int k = 0; k < Rank; ++k) {
+        open_row[k] = token % Stride == 0 ? w * c(i, k) : open_row[k] + w * c(i, k);
+        row[k] = T(open_row[k]);
+      }
       Absorb::store_values(row + Rank, r.rope_key.row(first_row + i).data(), RopeDim);
     }
   }

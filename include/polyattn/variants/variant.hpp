@@ -15,6 +15,7 @@
 //   V::query_width(shape), V::output_width(shape)  columns of q and of the output
 //   V::row_count(rows), V::check_rows(shape, params, rows)
 //   V::write_rows(store, seq, pos, shape, params, rows, first_row, n)
+//                                            // (+ double* open_row when V::open_row_width > 0)
 //                                               pos = token position of rows[first_row]
 // and, when `transforms_queries` / `transforms_outputs` is true,
 //   V::prepare_queries(shape, params, q, RowMatrixXf& attend_queries)
@@ -51,6 +52,10 @@ struct VariantBase {
   ///  - causal prefill as one token at a time, so each query sees the cache as it was right after
   ///    its own token was written: exactly what incremental decode sees.
   static constexpr int tokens_per_row = 1;
+  /// Doubles per sequence that `Attention` keeps for a variant that merges tokens: the unrounded
+  /// sum of the row being filled, passed to write_rows (Mtla: its Rank latent values), so that a
+  /// 16-bit row is rounded once from the exact sum rather than again at every merge.
+  static constexpr int open_row_width = 0;
 };
 
 /// Elements of one cache row: V::cache_elements_per_row(shape) where the variant merges tokens
