@@ -147,6 +147,19 @@ class Attention {
     return seq;
   }
   void close_sequence(int seq) { store_.close(seq); }
+  /// Opens a sequence that holds `parent`'s tokens and goes on independently of it (a beam).
+  /// Paged<P> shares the parent's full pages and copies only its partly filled last page (and,
+  /// for a variant that merges tokens, the page of a row still being merged); the contiguous
+  /// layouts copy the rows. Throws CapacityError with no free slot or page, changing nothing.
+  int fork(int parent) {
+    const int tokens = length(parent);  // throws SequenceError for a sequence that is not open
+    const bool open_row = merges_tokens && tokens % Variant::tokens_per_row != 0;
+    const int child = store_.fork(parent, open_row);
+    if constexpr (merges_tokens) tokens_[std::size_t(child)] = tokens;
+    std::copy_n(open_rows_.begin() + std::ptrdiff_t(std::size_t(parent) * Variant::open_row_width), Variant::open_row_width,
+                open_rows_.begin() + std::ptrdiff_t(std::size_t(child) * Variant::open_row_width));
+    return child;
+  }
   /// Tokens held by `seq`.
   int length(int seq) const {
     const int rows = store_.length(seq);  // throws SequenceError for a sequence that is not open

@@ -68,6 +68,19 @@ class ContiguousStore {
     for (const RowRequest& r : requests) table_.check_room(r.seq, r.rows);
   }
   int grow(int seq, int n) { return table_.grow(seq, n); }
+
+  /// A new slot with a copy of the parent's rows (each sequence owns its rows here).
+  int fork(int parent, bool /*private_last_row: every row is copied*/) {
+    const int len = table_.length(parent);
+    table_.check_free_slot();
+    const int child = table_.open();
+    table_.grow(child, len);
+    for (std::size_t t = 0; t < specs_.size(); ++t)
+      for (int h = 0; h < specs_[t].heads; ++h)
+        for (int token = 0; token < len; ++token)
+          std::copy_n(row(int(t), parent, token, h), specs_[t].dim, row(int(t), child, token, h));
+    return child;
+  }
   std::span<const TensorSpec> tensors() const { return specs_; }
 
   T* row(int tensor, int seq, int token, int head) { return data_[std::size_t(tensor)].data() + offset(tensor, seq, token, head); }

@@ -12,6 +12,11 @@
 //                                            // (seq, rows) fits together (for Paged: the pages all of
 //                                            // them need, against the free pool); each seq at most once
 //   int  grow(int seq, int n);               // reserves n tokens, returns the first position
+//   int  fork(int parent, bool private_last_row);
+//                                            // opens a slot holding the parent's rows (Paged:
+//                                            // shares its full pages; the last page is copied when
+//                                            // partly filled, or when private_last_row says its last
+//                                            // row will still be rewritten); throws, changing nothing
 //   T*   row(int tensor, int seq, int token, int head);        // `dim` contiguous elements
 //   CacheRun<T> run(int tensor, int seq, int token, int head) const;  // rows from `token` on
 //   std::size_t bytes_allocated() const;

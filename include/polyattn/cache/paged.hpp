@@ -47,6 +47,7 @@ class CacheStore<Paged<PageSize>, T> {
       strides_.push_back(Paged<PageSize>::strides(spec, PageSize));
       pool_.emplace_back(detail::cache_buffer_elements<T>(std::uint64_t(n_pages_) * PageSize, spec), fill_value());
     }
+    references_.assign(std::size_t(n_pages_), 0);
     free_pages_.reserve(std::size_t(n_pages_));
     for (int p = n_pages_ - 1; p >= 0; --p) free_pages_.push_back(p);  // hand out page 0 first
   }
@@ -57,6 +58,7 @@ class CacheStore<Paged<PageSize>, T> {
     table_.close(seq);
     auto& pages = page_table_[std::size_t(seq)];
     for (int p : pages) {
+      if (--references_[std::size_t(p)] > 0) continue;  // still held by a fork
       if (poison_)
         for (std::size_t t = 0; t < specs_.size(); ++t)
           std::fill_n(pool_[t].begin() + std::ptrdiff_t(page_offset(t, p)), PageSize * specs_[t].elements(), fill_value());
@@ -101,12 +103,40 @@ class CacheStore<Paged<PageSize>, T> {
   int grow(int seq, int n) {
     check_room(seq, n);
     auto& pages = page_table_[std::size_t(seq)];
-    for (int k = pages_needed(seq, n); k > 0; --k) {
-      pages.push_back(free_pages_.back());
-      free_pages_.pop_back();
-    }
+    for (int k = pages_needed(seq, n); k > 0; --k) pages.push_back(take_page());
     return table_.grow(seq, n);
   }
+
+  /// A new slot that shares the parent's full pages (they are never written again: rows are only
+  /// appended). The last page is copied when it is partly filled, since both sequences will
+  /// append to it, or when `private_last_row` says the last row will still be rewritten (Mtla's
+  /// open row).
+  int fork(int parent, bool private_last_row) {
+    const int len = table_.length(parent);
+    const auto& parent_pages = page_table_[std::size_t(parent)];
+    const bool copy_last = !parent_pages.empty() && (len % PageSize != 0 || private_last_row);
+    table_.check_free_slot();
+    if (copy_last && free_pages_.empty())
+      throw CapacityError(detail::concat("polyattn: page pool exhausted: forking sequence ", parent,
+                                         " needs a page for its partly filled last page, 0 of ", n_pages_, " are free"));
+    const int child = table_.open();
+    table_.grow(child, len);
+    auto& pages = page_table_[std::size_t(child)];
+    pages = parent_pages;
+    const std::size_t shared = pages.size() - (copy_last ? 1 : 0);
+    for (std::size_t i = 0; i < shared; ++i) ++references_[std::size_t(pages[i])];
+    if (copy_last) {
+      const int from = pages.back();
+      pages.back() = take_page();
+      for (std::size_t t = 0; t < specs_.size(); ++t)
+        std::copy_n(pool_[t].begin() + std::ptrdiff_t(page_offset(t, from)), PageSize * specs_[t].elements(),
+                    pool_[t].begin() + std::ptrdiff_t(page_offset(t, pages.back())));
+    }
+    return child;
+  }
+
+  /// Sequences holding page `page` (0: free; more than 1: shared by forks).
+  int references(int page) const { return references_[std::size_t(page)]; }
 
   T* row(int tensor, int seq, int token, int head) { return pool_[std::size_t(tensor)].data() + offset(tensor, seq, token, head); }
   const T* row(int tensor, int seq, int token, int head) const {
@@ -155,6 +185,13 @@ class CacheStore<Paged<PageSize>, T> {
     return int(std::max<std::int64_t>(0, pages_for(std::int64_t(table_.length(seq)) + n) - have));
   }
 
+  int take_page() {
+    const int p = free_pages_.back();
+    free_pages_.pop_back();
+    references_[std::size_t(p)] = 1;
+    return p;
+  }
+
   std::size_t page_offset(std::size_t tensor, int page) const { return std::size_t(strides_[tensor].offset(page, 0, 0)); }
 
   std::size_t offset(int tensor, int seq, int token, int head) const {
@@ -170,6 +207,7 @@ class CacheStore<Paged<PageSize>, T> {
   std::vector<std::vector<T>> pool_;            // per tensor: (page, head, token in page, dim)
   std::vector<std::vector<int>> page_table_;    // per sequence: pages in token order
   std::vector<int> free_pages_;
+  std::vector<int> references_;                 // per page: sequences holding it
 };
 
 }  // namespace polyattn

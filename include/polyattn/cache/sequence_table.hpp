@@ -38,6 +38,14 @@ class SequenceTable {
     return generation_[std::size_t(seq)];
   }
 
+  /// Throws CapacityError unless a slot is free for open().
+  void check_free_slot() const {
+    for (int len : length_)
+      if (len == kClosed) return;
+    throw CapacityError(detail::concat("polyattn: all ", max_sequences(),
+                                       " sequence slots are open; close one or raise CacheConfig.max_sequences"));
+  }
+
   /// Opens the lowest free slot.
   int open() {
     for (int s = 0; s < max_sequences(); ++s)

@@ -48,7 +48,7 @@ class CpuSimd {
     // a block of heads: all of them when a token's heads are adjacent in memory (Nhd), so that
     // each tile's rows are read once for all heads, else one. Enough tasks for every thread
     // (4 per thread smooths uneven lengths).
-    const int heads_per_task = Store::heads_adjacent ? H : 1;
+    const int heads_per_task = cpu::heads_adjacent<Store>() ? H : 1;
     const int head_blocks = H / heads_per_task;
     const int blocks = n_jobs * head_blocks;
     const int wanted_splits = std::max(1, (4 * threads() + blocks - 1) / blocks);

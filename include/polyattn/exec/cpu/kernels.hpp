@@ -69,6 +69,15 @@ float exp_shifted_sum(float* s, int n, float m) {
   return xsimd::hadd(total);
 }
 
+/// Whether a token's heads follow one another in the store (Nhd); false for a view that does not say.
+template <class Store>
+constexpr bool heads_adjacent() {
+  if constexpr (requires { Store::heads_adjacent; })
+    return Store::heads_adjacent;
+  else
+    return false;
+}
+
 /// The rows of tensor `tensor` that the tile after [t, t + n) reads (its first `count` rows,
 /// `width` elements from `offset`), from the run of this tile or, at its end, the next run.
 template <class Store, class Run>
@@ -107,7 +116,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int first
   const int read_end = separate_values ? spec.key_offset + key_span : std::max(spec.key_offset + key_span, spec.value_offset + dv);
   // With adjacent heads, the next tile is asked for from the first head's row to the last's.
   const int head_width = store.tensors()[std::size_t(spec.key_tensor)].dim;
-  const int ask_end = Store::heads_adjacent ? (heads - 1) * head_width + read_end : read_end;
+  const int ask_end = heads_adjacent<Store>() ? (heads - 1) * head_width + read_end : read_end;
   int t = begin;
   while (t < end) {
     // Rows of this tile: up to the end of the run (a page), which is the same for every head.

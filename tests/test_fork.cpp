@@ -1,0 +1,183 @@
+// Attention::fork: a child sequence holds its parent's tokens and goes on independently (a beam).
+// Checked against a replay: the same tokens written into a fresh sequence give bit-identical
+// outputs on the same executor, for the child and for the parent, after either is closed, with
+// unused capacity NaN (a shared page freed too early, or a row written into a page the other
+// sequence still reads, shows). Paged<P> shares full pages and copies only the last one.
+#include <doctest/doctest.h>
+
+#include <random>
+#include <vector>
+
+#include <polyattn/polyattn.hpp>
+
+#include "support/check_throws.hpp"
+#include "support/dense_oracle.hpp"
+#include "support/latent_scenarios.hpp"
+
+using namespace polyattn;
+using polyattn::testing::random_matrix;
+
+namespace {
+
+/// Random cache rows for n tokens of variant V, owned (V::Rows only refers to matrices): (k, v)
+/// for the KV-sharing variants, (latent, RoPE key) for Mtla.
+template <class V>
+struct RandomRows {
+  RowMatrixXf first, second;
+  RandomRows(AttentionShape s, int n, std::mt19937& rng) {
+    if constexpr (requires { V::rank; }) {
+      first = random_matrix(n, V::rank, rng);
+      second = random_matrix(n, V::rope_dim, rng);
+    } else {
+      first = random_matrix(n, V::kv_heads(s) * s.head_dim, rng);
+      second = random_matrix(n, V::kv_heads(s) * s.head_dim, rng);
+    }
+  }
+  typename V::Rows view() const { return {first, second}; }
+};
+
+template <class V>
+typename V::Params params_for(AttentionShape s, std::mt19937& rng) {
+  if constexpr (requires { V::rank; })
+    return polyattn::testing::random_mtla_params<V>(s, rng);
+  else
+    return {};
+}
+
+/// Decodes one token into each of `seqs` (row i of `rows` into seqs[i]); returns the outputs.
+template <class A>
+RowMatrixXf decode(A& attn, std::vector<int> seqs, const RowMatrixXf& q, const typename A::Rows& rows) {
+  RowMatrixXf out(q.rows(), A::variant_type::output_width(attn.shape()));
+  attn.decode(seqs, q, rows, out);
+  return out;
+}
+
+template <class A>
+void fork_equals_replay() {
+  using V = typename A::variant_type;
+  const AttentionShape s{4, 8};
+  std::mt19937 rng(77);
+  const auto params = params_for<V>(s, rng);
+  const int qw = V::query_width(s), ow = V::output_width(s);
+  const CacheConfig config{.max_sequences = 4, .capacity = 40, .poison_unused = true};
+  A forked(s, config, params, 2), replayed(s, config, params, 2);
+
+  // A prefix of 10 tokens: with Paged<4>, two full pages and one partly filled (with Mtla<.., 3>,
+  // 4 rows, the last still open).
+  const int n0 = 10;
+  const RandomRows<V> prefix(s, n0, rng);
+  const RowMatrixXf q0 = random_matrix(n0, qw, rng);
+  RowMatrixXf out0(n0, ow);
+  const int parent = forked.open_sequence();
+  forked.prefill(parent, q0, prefix.view(), Mask::causal, out0);
+  const int child = forked.fork(parent);
+  CHECK(forked.length(child) == n0);
+  const int x = replayed.open_sequence(), y = replayed.open_sequence();
+  replayed.prefill(x, q0, prefix.view(), Mask::causal, out0);
+  replayed.prefill(y, q0, prefix.view(), Mask::causal, out0);
+
+  // Both go on with different tokens, batched together.
+  for (int step = 0; step < 6; ++step) {
+    const RowMatrixXf q = random_matrix(2, qw, rng);
+    const RandomRows<V> rows(s, 2, rng);
+    INFO("step ", step);
+    CHECK((decode(forked, {parent, child}, q, rows.view()) == decode(replayed, {x, y}, q, rows.view())));
+  }
+  // The parent's close frees only what the child does not hold; the child reads on, and a new
+  // sequence opened in the parent's slot overwrites nothing of it.
+  forked.close_sequence(parent);
+  replayed.close_sequence(x);
+  const int other = forked.open_sequence(), other_replayed = replayed.open_sequence();
+  const RandomRows<V> other_rows(s, 7, rng);
+  const RowMatrixXf q_other = random_matrix(7, qw, rng);
+  RowMatrixXf out_other(7, ow);
+  forked.prefill(other, q_other, other_rows.view(), Mask::causal, out_other);
+  replayed.prefill(other_replayed, q_other, other_rows.view(), Mask::causal, out_other);
+  for (int step = 0; step < 5; ++step) {
+    const RowMatrixXf q = random_matrix(2, qw, rng);
+    const RandomRows<V> rows(s, 2, rng);
+    INFO("after close, step ", step);
+    CHECK((decode(forked, {child, other}, q, rows.view()) == decode(replayed, {y, other_replayed}, q, rows.view())));
+  }
+  // A fork of a fork, then the middle one closed: the grandchild goes on as y does.
+  const int grandchild = forked.fork(child);
+  CHECK(forked.length(grandchild) == replayed.length(y));
+  forked.close_sequence(child);
+  const RowMatrixXf q = random_matrix(1, qw, rng);
+  const RandomRows<V> rows(s, 1, rng);
+  CHECK((decode(forked, {grandchild}, q, rows.view()) == decode(replayed, {y}, q, rows.view())));
+}
+
+using polyattn::testing::check_throws_with;
+
+}  // namespace
+
+template <class V, class L, class E>
+struct Combo {
+  using type = Attention<V, L, E>;
+};
+
+TEST_CASE_TEMPLATE("fork: the child and the parent go on as if each had been written afresh", C,
+                   Combo<Mha, Nhd, exec::Reference>, Combo<Gqa<2>, Hnd, exec::Reference>, Combo<Mha, Paged<4>, exec::Reference>,
+                   Combo<Mha, Nhd, exec::CpuSimd>, Combo<Gqa<2>, Hnd, exec::CpuSimd>, Combo<Gqa<2>, Paged<4>, exec::CpuSimd>,
+                   Combo<Mtla<16, 3, 4>, Hnd, exec::Reference>, Combo<Mtla<16, 3, 4>, Paged<2>, exec::Reference>,
+                   Combo<Mtla<16, 3, 4>, Paged<5>, exec::CpuSimd>) {
+  fork_equals_replay<typename C::type>();
+}
+
+TEST_CASE("fork on Paged<P> shares the full pages and copies the partly filled last one") {
+  const AttentionShape s{2, 8};
+  std::mt19937 rng(5);
+  Attention<Mha, Paged<4>, exec::Reference> attn(s, {.max_sequences = 3, .capacity = 16, .pool_pages = 7, .poison_unused = true});
+  const int parent = attn.open_sequence();
+  attn.append(parent, RandomRows<Mha>(s, 10, rng).view());  // pages: 2 full + 1 holding 2 tokens
+  const auto& store = attn.cache();
+  REQUIRE(store.free_pages() == 4);
+  const int child = attn.fork(parent);
+  CHECK(store.free_pages() == 3);  // only the last page was copied
+  for (int i = 0; i < 2; ++i) {
+    CHECK(store.pages_of(child)[std::size_t(i)] == store.pages_of(parent)[std::size_t(i)]);
+    CHECK(store.references(store.pages_of(parent)[std::size_t(i)]) == 2);
+  }
+  CHECK(store.pages_of(child)[2] != store.pages_of(parent)[2]);
+  CHECK(store.references(store.pages_of(child)[2]) == 1);
+  // A fork of a sequence that ends on a page boundary copies nothing.
+  attn.append(parent, RandomRows<Mha>(s, 2, rng).view());
+  const int free_before = store.free_pages();
+  const int twin = attn.fork(parent);
+  CHECK(store.free_pages() == free_before);
+  CHECK(store.references(store.pages_of(parent)[0]) == 3);
+  // Closing returns a page to the pool only when its last holder lets go.
+  attn.close_sequence(parent);
+  CHECK(store.free_pages() == free_before + 0);  // every page of the parent is still held by the twin
+  attn.close_sequence(twin);
+  CHECK(store.references(store.pages_of(child)[0]) == 1);
+  attn.close_sequence(child);
+  CHECK(store.free_pages() == 7);
+}
+
+TEST_CASE("a fork that cannot be made changes nothing") {
+  const AttentionShape s{2, 8};
+  std::mt19937 rng(6);
+  SUBCASE("no free sequence slot") {
+    Attention<Mha, Nhd, exec::Reference> attn(s, {.max_sequences = 2, .capacity = 8});
+    const int a = attn.open_sequence(), b = attn.open_sequence();
+    attn.append(a, RandomRows<Mha>(s, 3, rng).view());
+    check_throws_with<CapacityError>([&] { attn.fork(a); }, "sequence slots are open");
+    CHECK(attn.length(a) == 3);
+    CHECK(attn.length(b) == 0);
+  }
+  SUBCASE("no free page for the partly filled last page") {
+    Attention<Mha, Paged<4>, exec::Reference> attn(s, {.max_sequences = 3, .capacity = 8, .pool_pages = 2});
+    const int a = attn.open_sequence();
+    attn.append(a, RandomRows<Mha>(s, 6, rng).view());  // both pages held
+    check_throws_with<CapacityError>([&] { attn.fork(a); }, "page pool exhausted");
+    CHECK(attn.length(a) == 6);
+    CHECK(attn.cache().free_pages() == 0);
+    CHECK(attn.open_sequence() == 1);  // the slot the failed fork would have taken is still free
+  }
+  SUBCASE("a closed parent") {
+    Attention<Mha, Hnd, exec::Reference> attn(s, {.max_sequences = 2, .capacity = 8});
+    check_throws_with<SequenceError>([&] { attn.fork(1); }, "not open");
+  }
+}
