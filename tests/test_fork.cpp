@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <random>
+#include <set>
 #include <vector>
 
 #include <polyattn/polyattn.hpp>
@@ -179,5 +180,43 @@ TEST_CASE("a fork that cannot be made changes nothing") {
   SUBCASE("a closed parent") {
     Attention<Mha, Hnd, exec::Reference> attn(s, {.max_sequences = 2, .capacity = 8});
     check_throws_with<SequenceError>([&] { attn.fork(1); }, "not open");
+  }
+}
+
+TEST_CASE("a beam step keeps, forks and drops sequences by index") {
+  const AttentionShape s{2, 8};
+  std::mt19937 rng(9);
+  // Three beams of 6 tokens on Paged<4> (a full page and a partly filled one each): 6 of 7 pages.
+  Attention<Mha, Paged<4>, exec::Reference> attn(s, {.max_sequences = 6, .capacity = 16, .pool_pages = 7, .poison_unused = true});
+  std::vector<int> beams;
+  for (int b = 0; b < 3; ++b) {
+    beams.push_back(attn.open_sequence());
+    attn.append(beams.back(), RandomRows<Mha>(s, 6, rng).view());
+  }
+  const auto& store = attn.cache();
+  REQUIRE(store.free_pages() == 1);
+  const int parents_ok[] = {0, 0, 0, 2};  // beam 0 three times (two forks, two pages), beam 1 dropped
+  SUBCASE("a step that fits once the dropped beam's pages are back") {
+    const std::vector<int> next = attn.reorder(beams, parents_ok);
+    REQUIRE(next.size() == 4);
+    CHECK(next[0] == beams[0]);
+    CHECK(next[3] == beams[2]);
+    CHECK(store.free_slots() == 6 - 4);  // beam 1 was closed (its slot may hold a fork now)
+    CHECK(std::set<int>(next.begin(), next.end()).size() == 4);
+    for (int seq : next) CHECK(attn.length(seq) == 6);
+    CHECK(store.pages_of(next[1])[0] == store.pages_of(beams[0])[0]);  // the full page is shared
+    CHECK(store.free_pages() == 1 + 2 - 2);
+  }
+  SUBCASE("a step that does not fit changes nothing") {
+    const int parents_too_many[] = {0, 0, 0, 1, 2};  // two forks need two pages, one is free and none is dropped
+    check_throws_with<CapacityError>([&] { attn.reorder(beams, parents_too_many); }, "page(s)");
+    for (int seq : beams) CHECK(attn.length(seq) == 6);
+    CHECK(store.free_pages() == 1);
+    const int bad_index[] = {0, 3};
+    check_throws_with<ShapeError>([&] { attn.reorder(beams, bad_index); }, "parent index 3");
+    const int twice[] = {beams[0], beams[0]};
+    const int first[] = {0};
+    check_throws_with<ShapeError>([&] { attn.reorder(twice, first); }, "appears twice");
+    for (int seq : beams) CHECK(store.is_open(seq));
   }
 }

@@ -153,12 +153,53 @@ class Attention {
   /// layouts copy the rows. Throws CapacityError with no free slot or page, changing nothing.
   int fork(int parent) {
     const int tokens = length(parent);  // throws SequenceError for a sequence that is not open
-    const bool open_row = merges_tokens && tokens % Variant::tokens_per_row != 0;
-    const int child = store_.fork(parent, open_row);
+    const int child = store_.fork(parent, last_row_open(parent));
     if constexpr (merges_tokens) tokens_[std::size_t(child)] = tokens;
     std::copy_n(open_rows_.begin() + std::ptrdiff_t(std::size_t(parent) * Variant::open_row_width), Variant::open_row_width,
                 open_rows_.begin() + std::ptrdiff_t(std::size_t(child) * Variant::open_row_width));
     return child;
+  }
+
+  /// One beam step: `beams` are distinct open sequences, and new beam i continues
+  /// beams[parents[i]]. A beam chosen once keeps its sequence, one chosen k times is forked k - 1
+  /// times, one not chosen is closed. Returns the new beams' sequences, in the order of `parents`.
+  /// Every slot and page it needs is checked first, counting what the closed beams give back, so
+  /// a step that cannot be made throws and changes nothing.
+  std::vector<int> reorder(std::span<const int> beams, std::span<const int> parents) {
+    for (int seq : beams) store_.length(seq);  // throws SequenceError for a sequence that is not open
+    require_distinct(beams, "reorder");
+    std::vector<int> uses(beams.size(), 0);
+    for (int p : parents) {
+      require<ShapeError>(p >= 0 && std::size_t(p) < beams.size(), "reorder: parent index ", p, " is not one of the ",
+                          beams.size(), " beams");
+      ++uses[std::size_t(p)];
+    }
+    std::vector<int> dropped;
+    int forks = 0;
+    for (std::size_t i = 0; i < beams.size(); ++i) {
+      if (uses[i] == 0) dropped.push_back(beams[i]);
+      forks += std::max(0, uses[i] - 1);
+    }
+    require<CapacityError>(forks <= store_.free_slots() + int(dropped.size()), "reorder: ", forks,
+                           " forks need as many sequence slots, ", store_.free_slots(), " are free and ", dropped.size(),
+                           " beams are dropped; raise CacheConfig.max_sequences");
+    if constexpr (requires { store_.free_pages_after_closing(dropped); }) {
+      int pages = 0;
+      for (std::size_t i = 0; i < beams.size(); ++i)
+        if (uses[i] > 1 && store_.fork_takes_page(beams[i], last_row_open(beams[i]))) pages += uses[i] - 1;
+      const int free = store_.free_pages_after_closing(dropped);
+      require<CapacityError>(pages <= free, "reorder: the forks need ", pages, " page(s) for their partly filled last pages, ",
+                             free, " are free once the dropped beams are closed");
+    }
+    for (int seq : dropped) close_sequence(seq);
+    std::vector<int> next;
+    std::vector<bool> kept(beams.size(), false);
+    for (int p : parents) {
+      const auto i = std::size_t(p);
+      next.push_back(kept[i] ? fork(beams[i]) : beams[i]);
+      kept[i] = true;
+    }
+    return next;
   }
   /// Tokens held by `seq`.
   int length(int seq) const {
@@ -287,6 +328,18 @@ class Attention {
     require<ShapeError>(m.cols() == expected, what, " has ", m.cols(), " columns, expected ", expected);
   }
 
+  /// Whether the last cache row of `seq` will still be rewritten (a variant that merges tokens,
+  /// with a row not yet full): a fork must not share it.
+  bool last_row_open(int seq) const { return merges_tokens && length(seq) % Variant::tokens_per_row != 0; }
+
+  static void require_distinct(std::span<const int> seqs, const char* what) {
+    std::vector<int> sorted(seqs.begin(), seqs.end());
+    std::sort(sorted.begin(), sorted.end());
+    const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+    require<ShapeError>(dup == sorted.end(), what, ": sequence ", dup == sorted.end() ? -1 : *dup,
+                        " appears twice in one batch");
+  }
+
   void check_batch(std::span<const int> seqs, ConstMatrixRef q, MatrixRef out, const char* what) const {
     const auto b = std::ptrdiff_t(seqs.size());
     require<ShapeError>(q.rows() == b, what, ": ", b, " sequences but q has ", q.rows(), " rows");
@@ -294,11 +347,7 @@ class Attention {
     check_width(q, Variant::query_width(shape_), "q");
     check_width(out, Variant::output_width(shape_), "out");
     for (int seq : seqs) store_.length(seq);  // throws SequenceError for a sequence that is not open
-    std::vector<int> sorted(seqs.begin(), seqs.end());
-    std::sort(sorted.begin(), sorted.end());
-    const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-    require<ShapeError>(dup == sorted.end(), what, ": sequence ", dup == sorted.end() ? -1 : *dup,
-                        " appears twice in one batch");
+    require_distinct(seqs, what);
   }
 
   /// Runs the executor for jobs_ (seq and visible set) through the variant's hooks.

@@ -59,6 +59,7 @@ class ContiguousStore {
       }
   }
   bool is_open(int seq) const { return table_.is_open(seq); }
+  int free_slots() const { return table_.free_slots(); }
   int length(int seq) const { return table_.length(seq); }
   std::uint64_t generation(int seq) const { return table_.generation(seq); }
   int capacity() const { return table_.capacity(); }

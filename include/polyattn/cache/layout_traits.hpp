@@ -12,6 +12,7 @@
 //                                            // (seq, rows) fits together (for Paged: the pages all of
 //                                            // them need, against the free pool); each seq at most once
 //   int  grow(int seq, int n);               // reserves n tokens, returns the first position
+//   int  free_slots() const;                 // sequence slots open() can still hand out
 //   int  fork(int parent, bool private_last_row);
 //                                            // opens a slot holding the parent's rows (Paged:
 //                                            // shares its full pages; the last page is copied when

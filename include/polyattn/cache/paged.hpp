@@ -68,6 +68,7 @@ class CacheStore<Paged<PageSize>, T> {
   }
 
   bool is_open(int seq) const { return table_.is_open(seq); }
+  int free_slots() const { return table_.free_slots(); }
   int length(int seq) const { return table_.length(seq); }
   std::uint64_t generation(int seq) const { return table_.generation(seq); }
   int capacity() const { return table_.capacity(); }
@@ -114,7 +115,7 @@ class CacheStore<Paged<PageSize>, T> {
   int fork(int parent, bool private_last_row) {
     const int len = table_.length(parent);
     const auto& parent_pages = page_table_[std::size_t(parent)];
-    const bool copy_last = !parent_pages.empty() && (len % PageSize != 0 || private_last_row);
+    const bool copy_last = fork_takes_page(parent, private_last_row);
     table_.check_free_slot();
     if (copy_last && free_pages_.empty())
       throw CapacityError(detail::concat("polyattn: page pool exhausted: forking sequence ", parent,
@@ -133,6 +134,23 @@ class CacheStore<Paged<PageSize>, T> {
                     pool_[t].begin() + std::ptrdiff_t(page_offset(t, pages.back())));
     }
     return child;
+  }
+
+  /// Whether fork(parent, private_last_row) takes a page from the pool.
+  bool fork_takes_page(int parent, bool private_last_row) const {
+    const int len = table_.length(parent);
+    return !page_table_[std::size_t(parent)].empty() && (len % PageSize != 0 || private_last_row);
+  }
+
+  /// Free pages once the distinct open sequences `seqs` are closed: a page returns when every
+  /// sequence holding it is among them. Changes nothing.
+  int free_pages_after_closing(std::span<const int> seqs) const {
+    std::vector<int> released(references_.size(), 0);
+    int freed = 0;
+    for (int seq : seqs)
+      for (int p : pages_of(seq))
+        if (++released[std::size_t(p)] == references_[std::size_t(p)]) ++freed;
+    return free_pages() + freed;
   }
 
   /// Sequences holding page `page` (0: free; more than 1: shared by forks).

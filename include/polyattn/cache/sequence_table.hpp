@@ -2,6 +2,7 @@
 // holds, and the capacity checks. Checks never modify state, so a failed append loses nothing.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -37,6 +38,8 @@ class SequenceTable {
     check_open(seq);
     return generation_[std::size_t(seq)];
   }
+
+  int free_slots() const { return int(std::count(length_.begin(), length_.end(), kClosed)); }
 
   /// Throws CapacityError unless a slot is free for open().
   void check_free_slot() const {
