@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include <polyattn/convert/x_cache.hpp>
 #include <polyattn/polyattn.hpp>
 #include <polyattn/variants/cross_cache.hpp>
 #include <polyattn/variants/slim_k.hpp>

@@ -22,6 +22,7 @@
 
 #include <polyattn/convert/slim_k.hpp>
 #include <polyattn/convert/whisper_mla.hpp>
+#include <polyattn/convert/x_cache.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 #include <polyattn/variants/mla.hpp>
 #include <polyattn/variants/slim_k.hpp>

@@ -21,6 +21,7 @@
 #include <polyattn/attention.hpp>
 #include <polyattn/cache/contiguous.hpp>
 #include <polyattn/cache/paged.hpp>
+#include <polyattn/convert/x_cache.hpp>
 #include <polyattn/exec/cuda/cuda.cuh>
 #include <polyattn/exec/reference/reference.hpp>
 #include <polyattn/variants/cross_cache.hpp>

@@ -37,6 +37,7 @@
 #include "polyattn/exec/cpu/cpu_simd.hpp"
 #include "polyattn/variants/mha_gqa.hpp"
 #include "polyattn/variants/slim_k.hpp"
+#include "polyattn/convert/x_cache.hpp"
 #include "polyattn/variants/x_cache.hpp"
 
 namespace polyattn {
