@@ -9,7 +9,7 @@
 
 #include <polyattn/convert/slim_k.hpp>
 #include <polyattn/convert/x_cache.hpp>
-#include <polyattn/variants/cross_cache_memory.hpp>
+#include <polyattn/layers/cross_cache_memory.hpp>
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 

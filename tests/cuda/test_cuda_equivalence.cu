@@ -24,7 +24,7 @@
 #include <polyattn/convert/x_cache.hpp>
 #include <polyattn/exec/cuda/cuda.cuh>
 #include <polyattn/exec/reference/reference.hpp>
-#include <polyattn/variants/cross_cache.hpp>
+#include <polyattn/layers/cross_cache.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 #include <polyattn/variants/mla.hpp>
 #include <polyattn/variants/mtla.hpp>
