@@ -9,7 +9,7 @@
 // against float caches of pre-rounded rows and against Reference. Scores at their limits (-inf,
 // overflow, no visible token; support/attend_limits.hpp) as on the CPU executors. Not on Cuda:
 // variants that derive rows at attend time (SlimK option 1, SlimK with RoPE), refused at compile
-// time (attention.hpp).
+// time (core/attend_with_hooks.hpp).
 // Without a CUDA device the GPU cases are skipped with a message; the host-only cases still run.
 #include <doctest/doctest.h>
 
