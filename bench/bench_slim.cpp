@@ -12,8 +12,9 @@
 #include <random>
 #include <vector>
 
+#include <polyattn/convert/x_cache.hpp>
+#include <polyattn/layers/cross_cache.hpp>
 #include <polyattn/polyattn.hpp>
-#include <polyattn/variants/cross_cache.hpp>
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 

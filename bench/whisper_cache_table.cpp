@@ -1,11 +1,11 @@
 // Prints the slim-attention seed's Whisper cache table (tiny..large) from the model shapes alone
-// (polyattn/variants/cross_cache_memory.hpp): cache sizes, parameters read per generated token,
+// (polyattn/layers/cross_cache_memory.hpp): cache sizes, parameters read per generated token,
 // memory reads per token at batch 1 and 64 and the speedups of a memory-bound decoder. The hybrid
 // column is ours (the seed describes it but does not tabulate it). Usage: whisper_cache_table [batch]
 #include <cstdio>
 #include <cstdlib>
 
-#include <polyattn/variants/cross_cache_memory.hpp>
+#include <polyattn/layers/cross_cache_memory.hpp>
 
 int main(int argc, char** argv) {
   using namespace polyattn;

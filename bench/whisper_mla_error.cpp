@@ -11,6 +11,7 @@
 
 #include <polyattn/convert/whisper_mla.hpp>
 
+#include <whisper/attention_weights.hpp>
 #include <whisper/weights.hpp>
 
 using namespace polyattn;
@@ -25,37 +26,39 @@ Eigen::MatrixXd gaussian(int rows, int cols, std::mt19937& rng, double sigma) {
   return m;
 }
 
-void sweep(const char* title, const MlaSourceWeights& w, const Eigen::MatrixXd& x, int kept_pairs, std::initializer_list<int> ranks) {
-  const int mha_elems = 2 * w.width(), kept = 2 * kept_pairs * w.n_heads;
-  std::printf("\n%s (d_model %d, %d heads x %d, keep %d pairs/head = %d dims)\n", title, w.model_dim(), w.n_heads, w.head_dim, kept_pairs,
-              kept);
+void sweep(const char* title, const MhaWeights& w, AttentionShape shape, const Eigen::MatrixXd& x, int kept_pairs,
+           std::initializer_list<int> ranks) {
+  const int mha_elems = 2 * w.width(), kept = 2 * kept_pairs * shape.n_heads;
+  std::printf("\n%s (d_model %d, %d heads x %d, keep %d pairs/head = %d dims)\n", title, w.model_dim(), shape.n_heads, shape.head_dim,
+              kept_pairs, kept);
   std::printf("| selection | rank | cache/token | reduction | weight err | K err | V err | KV err | output err |\n|---|---|---|---|---|---|---|---|---|\n");
   for (KeepSelection sel : {KeepSelection::uniform, KeepSelection::two_norm}) {
-    const WhisperMlaDecomposition dec(w, select_kept_pairs(w, kept_pairs, sel, x));
+    const WhisperMlaDecomposition dec(w, shape, select_kept_pairs(w, shape, kept_pairs, sel, x));
     for (int r : ranks) {
       if (r > dec.max_rank()) continue;
-      const ConversionReport e = measure_conversion(w, dec.truncate(r), x);
+      const ConversionReport e = measure_conversion(w, shape, dec.truncate(r), x);
       std::printf("| %s | %d | %d | %.1f%% | %.4f | %.4f | %.4f | %.4f | %.4f |\n", sel == KeepSelection::uniform ? "uniform" : "2-norm", r,
                   r + kept, 100.0 * (1.0 - double(r + kept) / mha_elems), dec.weight_error(r), e.key, e.value, e.kv, e.output);
     }
   }
 }
 
-MlaSourceWeights random_mha(int heads, int d_model, std::mt19937& rng, int true_rank) {
-  MlaSourceWeights w;
-  w.n_heads = heads;
-  w.head_dim = 64;
+/// Random MHA weights of `heads` heads of 64 (W_o from its own stream: it is not converted).
+MhaWeights random_mha(int heads, int d_model, std::mt19937& rng, int true_rank) {
+  MhaWeights w;
   const int width = heads * 64;
   const double s = 1.0 / std::sqrt(double(d_model));
-  w.w_q = gaussian(d_model, width, rng, s);
+  w.w_q = gaussian(d_model, width, rng, s).cast<float>();
   if (true_rank > 0) {
     const Eigen::MatrixXd basis = gaussian(d_model, true_rank, rng, s);
-    w.w_k = basis * gaussian(true_rank, width, rng, 1.0 / std::sqrt(double(true_rank))) + gaussian(d_model, width, rng, 0.05 * s);
-    w.w_v = basis * gaussian(true_rank, width, rng, 1.0 / std::sqrt(double(true_rank))) + gaussian(d_model, width, rng, 0.05 * s);
+    w.w_k = (basis * gaussian(true_rank, width, rng, 1.0 / std::sqrt(double(true_rank))) + gaussian(d_model, width, rng, 0.05 * s)).cast<float>();
+    w.w_v = (basis * gaussian(true_rank, width, rng, 1.0 / std::sqrt(double(true_rank))) + gaussian(d_model, width, rng, 0.05 * s)).cast<float>();
   } else {
-    w.w_k = gaussian(d_model, width, rng, s);
-    w.w_v = gaussian(d_model, width, rng, s);
+    w.w_k = gaussian(d_model, width, rng, s).cast<float>();
+    w.w_v = gaussian(d_model, width, rng, s).cast<float>();
   }
+  std::mt19937 rng_o(11);
+  w.w_o = gaussian(width, d_model, rng_o, 1.0 / std::sqrt(double(width))).cast<float>();
   return w;
 }
 
@@ -65,8 +68,10 @@ int main(int argc, char** argv) {
   std::mt19937 rng(7);
   const Eigen::MatrixXd x = gaussian(256, 768, rng, 1.0);
   const auto ranks = {24, 48, 96, 192, 384, 576, 768};
-  sweep("Whisper-small shape, random Gaussian weights", random_mha(12, 768, rng, 0), x, 2, ranks);
-  sweep("Whisper-small shape, structured weights (K, V from a shared 96-dim subspace + 5% noise)", random_mha(12, 768, rng, 96), x, 2, ranks);
+  const AttentionShape small{12, 64, 768};
+  sweep("Whisper-small shape, random Gaussian weights", random_mha(12, 768, rng, 0), small, x, 2, ranks);
+  sweep("Whisper-small shape, structured weights (K, V from a shared 96-dim subspace + 5% noise)", random_mha(12, 768, rng, 96), small, x, 2,
+        ranks);
 
   if (argc > 1) {
     const whisper::WhisperWeights ww = whisper::weights_from_ct2(whisper::load_ct2_model_dir(argv[1]).model);
@@ -77,19 +82,12 @@ int main(int argc, char** argv) {
     for (std::size_t l = 0; l < ww.decoder.size(); ++l) {
       const whisper::DecoderBlock& b = ww.decoder[l];
       const Eigen::MatrixXd xl = whisper::layer_norm(h, b.self_ln).cast<double>();
-      MlaSourceWeights w;
-      w.n_heads = heads;
-      w.head_dim = d / heads;
-      // Linear weights are (out, in) with rows [q; k; v]: x W = x weightᵀ.
-      w.w_q = b.self_qkv.weight.topRows(d).transpose().cast<double>();
-      w.w_k = b.self_qkv.weight.middleRows(d, d).transpose().cast<double>();
-      w.w_v = b.self_qkv.weight.bottomRows(d).transpose().cast<double>();
-      w.b_q = b.self_qkv.bias.head(d).cast<double>();
-      w.b_v = b.self_qkv.bias.tail(d).cast<double>();
+      const MhaWeights w = whisper::self_attention_weights(b);  // x·W from the (out, in) Linear weights
+      const AttentionShape shape{heads, d / heads, d};
       const std::string title = "tiny.en decoder layer " + std::to_string(l) + " self-attention" + (l == 0 ? "" : " (proxy inputs)");
-      sweep(title.c_str(), w, xl, 2, {12, 24, 48, 96, 192, 384});
+      sweep(title.c_str(), w, shape, xl, 2, {12, 24, 48, 96, 192, 384});
       if (l == 0)  // the same weights on isotropic inputs: how much of the error is the input distribution
-        sweep("tiny.en decoder layer 0 self-attention, isotropic Gaussian inputs", w, gaussian(T, d, rng, 1.0), 2,
+        sweep("tiny.en decoder layer 0 self-attention, isotropic Gaussian inputs", w, shape, gaussian(T, d, rng, 1.0), 2,
               {12, 24, 48, 96, 192, 384});
     }
   }

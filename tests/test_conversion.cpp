@@ -8,7 +8,8 @@
 #include <string>
 
 #include <polyattn/convert/slim_k.hpp>
-#include <polyattn/variants/cross_cache_memory.hpp>
+#include <polyattn/convert/x_cache.hpp>
+#include <polyattn/layers/cross_cache_memory.hpp>
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <polyattn/convert/x_cache.hpp>
 #include <polyattn/polyattn.hpp>
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>

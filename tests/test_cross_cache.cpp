@@ -8,10 +8,11 @@
 #include <random>
 #include <vector>
 
+#include <polyattn/cache/contiguous.hpp>
 #include <polyattn/cache/paged.hpp>
 #include <polyattn/exec/reference/reference.hpp>
-#include <polyattn/variants/cross_cache.hpp>
-#include <polyattn/variants/cross_cache_memory.hpp>
+#include <polyattn/layers/cross_cache.hpp>
+#include <polyattn/layers/cross_cache_memory.hpp>
 
 #include "support/cross_scenarios.hpp"
 #include "support/dense_oracle.hpp"
@@ -25,10 +26,17 @@ TEST_CASE_TEMPLATE("reference: cross-attention cache options match MHA cross-att
   check_cross_option<Option, Paged<16>, exec::Reference>(100.0);
 }
 
+// The cache element type is the caller's, as for Attention: a half cache halves every option's
+// bytes (cache_bytes per frame against sizeof(T)) and stays within half rounding of MHA.
+TEST_CASE_TEMPLATE("reference: cross-attention cache options over a half-precision cache", Option, cross::Baseline, cross::KOnly,
+                   cross::SharedE, cross::Hybrid) {
+  check_cross_option<Option, Nhd, exec::Reference, Eigen::half>(10.0);
+}
+
 TEST_CASE("the hybrid refuses a non-square first-layer W_k") {
   std::mt19937 rng(2);
   std::vector<MhaWeights> layers{random_mha_weights(48, 64, 10.0, rng), random_mha_weights(48, 64, 10.0, rng)};
-  using Cross = CrossAttention<cross::Hybrid>;
+  using Cross = CrossAttention<cross::Hybrid, Nhd, exec::Reference>;
   CHECK_THROWS_WITH_AS(Cross({4, 16, 48}, layers, {}, 1), doctest::Contains("must be square"), ShapeError);
 }
 

@@ -7,7 +7,7 @@
 #include <polyattn/cache/contiguous.hpp>
 #include <polyattn/cache/paged.hpp>
 #include <polyattn/exec/cpu/cpu_simd.hpp>
-#include <polyattn/variants/cross_cache.hpp>
+#include <polyattn/layers/cross_cache.hpp>
 
 #include "support/cross_scenarios.hpp"
 

@@ -8,6 +8,7 @@
 #include <random>
 #include <tuple>
 
+#include <polyattn/convert/x_cache.hpp>
 #include <polyattn/polyattn.hpp>
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>

@@ -27,29 +27,40 @@ Eigen::MatrixXd gaussian(int rows, int cols, std::mt19937& rng, double sigma = 1
   return m;
 }
 
+RowMatrixXf gaussian_f(int rows, int cols, std::mt19937& rng, double sigma = 1.0) { return gaussian(rows, cols, rng, sigma).cast<float>(); }
+
+/// The shape of the layers below: 4 heads of 16, d_model 64.
+const AttentionShape kShape{4, 16, 64};
+
 /// Random MHA weights scaled like a trained layer (x W has entries of order 1 for x of order 1).
-MlaSourceWeights random_mha(int n_heads, int head_dim, int d_model, std::mt19937& rng) {
-  MlaSourceWeights w;
-  w.n_heads = n_heads;
-  w.head_dim = head_dim;
+MhaWeights random_mha(int n_heads, int head_dim, int d_model, std::mt19937& rng) {
+  MhaWeights w;
   const double sigma = 1.0 / std::sqrt(double(d_model));
-  w.w_q = gaussian(d_model, n_heads * head_dim, rng, sigma);
-  w.w_k = gaussian(d_model, n_heads * head_dim, rng, sigma);
-  w.w_v = gaussian(d_model, n_heads * head_dim, rng, sigma);
-  w.b_q = gaussian(1, n_heads * head_dim, rng, 0.1);
-  w.b_v = gaussian(1, n_heads * head_dim, rng, 0.1);
+  w.w_q = gaussian_f(d_model, n_heads * head_dim, rng, sigma);
+  w.w_k = gaussian_f(d_model, n_heads * head_dim, rng, sigma);
+  w.w_v = gaussian_f(d_model, n_heads * head_dim, rng, sigma);
+  w.b_q = gaussian_f(1, n_heads * head_dim, rng, 0.1);
+  w.b_v = gaussian_f(1, n_heads * head_dim, rng, 0.1);
+  std::mt19937 rng_o(7);  // W_o is not converted; its own stream leaves the draws of the rest as they were
+  w.w_o = gaussian_f(n_heads * head_dim, d_model, rng_o, 1.0 / std::sqrt(double(n_heads * head_dim)));
   return w;
 }
 
+/// Weights in double, as the conversion reads them.
+Eigen::MatrixXd dbl(const RowMatrixXf& m) { return m.cast<double>(); }
+Eigen::RowVectorXd dbl(const Eigen::RowVectorXf& v) { return v.cast<double>(); }
+
 /// Keys and values read one shared `true_rank` subspace of the input, plus small noise: what MLA's
 /// shared latent can capture exactly.
-MlaSourceWeights structured_mha(int n_heads, int head_dim, int d_model, int true_rank, std::mt19937& rng) {
-  MlaSourceWeights w = random_mha(n_heads, head_dim, d_model, rng);
+MhaWeights structured_mha(int n_heads, int head_dim, int d_model, int true_rank, std::mt19937& rng) {
+  MhaWeights w = random_mha(n_heads, head_dim, d_model, rng);
   const Eigen::MatrixXd basis = gaussian(d_model, true_rank, rng, 1.0 / std::sqrt(double(d_model)));
-  w.w_k = basis * gaussian(true_rank, n_heads * head_dim, rng, 1.0 / std::sqrt(double(true_rank))) +
-          gaussian(d_model, n_heads * head_dim, rng, 0.01 / std::sqrt(double(d_model)));
-  w.w_v = basis * gaussian(true_rank, n_heads * head_dim, rng, 1.0 / std::sqrt(double(true_rank))) +
-          gaussian(d_model, n_heads * head_dim, rng, 0.01 / std::sqrt(double(d_model)));
+  w.w_k = (basis * gaussian(true_rank, n_heads * head_dim, rng, 1.0 / std::sqrt(double(true_rank))) +
+           gaussian(d_model, n_heads * head_dim, rng, 0.01 / std::sqrt(double(d_model))))
+              .cast<float>();
+  w.w_v = (basis * gaussian(true_rank, n_heads * head_dim, rng, 1.0 / std::sqrt(double(true_rank))) +
+           gaussian(d_model, n_heads * head_dim, rng, 0.01 / std::sqrt(double(d_model))))
+              .cast<float>();
   return w;
 }
 
@@ -57,10 +68,10 @@ MlaSourceWeights structured_mha(int n_heads, int head_dim, int d_model, int true
 
 TEST_CASE("kept pairs: uniform spacing, 2-norm ranking, permutations inside each head") {
   std::mt19937 rng(1);
-  MlaSourceWeights w = random_mha(4, 16, 64, rng);
-  const auto uniform = select_kept_pairs(w, 2, KeepSelection::uniform);
+  MhaWeights w = random_mha(4, 16, 64, rng);
+  const auto uniform = select_kept_pairs(w, kShape, 2, KeepSelection::uniform);
   for (const auto& head : uniform) CHECK(head == std::vector<int>{0, 4});  // floor(k * 8 / 2)
-  CHECK(select_kept_pairs(w, 3, KeepSelection::uniform)[0] == std::vector<int>{0, 2, 5});
+  CHECK(select_kept_pairs(w, kShape, 3, KeepSelection::uniform)[0] == std::vector<int>{0, 2, 5});
 
   // Make pair 6 of head 1 and pair 2 of head 3 dominate both query and key norms.
   for (int c : {1 * 16 + 12, 1 * 16 + 13, 3 * 16 + 4, 3 * 16 + 5}) {
@@ -68,11 +79,11 @@ TEST_CASE("kept pairs: uniform spacing, 2-norm ranking, permutations inside each
     w.w_k.col(c) *= 20;
   }
   const Eigen::MatrixXd x = gaussian(50, 64, rng);
-  const auto by_norm = select_kept_pairs(w, 1, KeepSelection::two_norm, x);
+  const auto by_norm = select_kept_pairs(w, kShape, 1, KeepSelection::two_norm, x);
   CHECK(by_norm[1] == std::vector<int>{6});
   CHECK(by_norm[3] == std::vector<int>{2});
 
-  const auto conv = WhisperMlaDecomposition(w, by_norm).truncate(10);
+  const auto conv = WhisperMlaDecomposition(w, kShape, by_norm).truncate(10);
   for (int c = 0; c < 64; ++c) {
     const int head = c / 16;
     CHECK(conv.permutation[std::size_t(c)] / 16 == head);  // never across heads
@@ -84,14 +95,14 @@ TEST_CASE("kept pairs: uniform spacing, 2-norm ranking, permutations inside each
 
 TEST_CASE("at full rank the conversion reproduces MHA to rounding, for both selections and Sigma splits") {
   std::mt19937 rng(2);
-  const MlaSourceWeights w = random_mha(4, 16, 64, rng);
+  const MhaWeights w = random_mha(4, 16, 64, rng);
   const Eigen::MatrixXd x = gaussian(40, 64, rng);
   for (KeepSelection sel : {KeepSelection::uniform, KeepSelection::two_norm})
     for (SigmaSplit split : {SigmaSplit::symmetric, SigmaSplit::into_up}) {
-      const WhisperMlaDecomposition dec(w, select_kept_pairs(w, 2, sel, x));
+      const WhisperMlaDecomposition dec(w, kShape, select_kept_pairs(w, kShape, 2, sel, x));
       CHECK(dec.max_rank() == 64);
       const WhisperMlaWeights c = dec.truncate(dec.max_rank(), split);
-      const ConversionReport e = measure_conversion(w, c, x);
+      const ConversionReport e = measure_conversion(w, kShape, c, x);
       INFO("selection ", int(sel), " split ", int(split));
       CHECK(e.key <= 1e-12);
       CHECK(e.value <= 1e-12);
@@ -103,11 +114,11 @@ TEST_CASE("at full rank the conversion reproduces MHA to rounding, for both sele
 TEST_CASE_TEMPLATE("the converted Mla layer through Attention equals MHA (full rank, fp32)", L, Nhd, Hnd, Paged<8>) {
   using V = Mla<64, 4, MlaKeyPart::preserved>;
   std::mt19937 rng(3);
-  const MlaSourceWeights w = random_mha(4, 16, 64, rng);
+  const MhaWeights w = random_mha(4, 16, 64, rng);
   const Eigen::MatrixXd x = gaussian(30, 64, rng);
-  const WhisperMlaWeights c = convert_whisper_mla(w, {.kept_pairs = 2, .latent_rank = 64});
+  const WhisperMlaWeights c = convert_whisper_mla(w, kShape, {.kept_pairs = 2, .latent_rank = 64});
   const AttentionShape shape{4, 16, 64};
-  const Eigen::MatrixXd q = (x * w.w_q).rowwise() + w.b_q, k = x * w.w_k, v = (x * w.w_v).rowwise() + w.b_v;
+  const Eigen::MatrixXd q = (x * dbl(w.w_q)).rowwise() + dbl(w.b_q), k = x * dbl(w.w_k), v = (x * dbl(w.w_v)).rowwise() + dbl(w.b_v);
   const Eigen::MatrixXd mha = convert::detail::causal_attention(q, k, v, 4);
   const double tol = 1e-5 * mha.cwiseAbs().maxCoeff();  // fp32 rounding of O(1) sums of 64 terms
 
@@ -134,13 +145,13 @@ TEST_CASE("below full rank the error falls as the rank grows (random and structu
   std::mt19937 rng(4);
   const Eigen::MatrixXd x = gaussian(48, 64, rng);
   for (bool structured : {false, true}) {
-    const MlaSourceWeights w = structured ? structured_mha(4, 16, 64, 6, rng) : random_mha(4, 16, 64, rng);
-    const WhisperMlaDecomposition dec(w, select_kept_pairs(w, 2, KeepSelection::uniform));
+    const MhaWeights w = structured ? structured_mha(4, 16, 64, 6, rng) : random_mha(4, 16, 64, rng);
+    const WhisperMlaDecomposition dec(w, kShape, select_kept_pairs(w, kShape, 2, KeepSelection::uniform));
     ConversionReport prev{0, 2, 2, 2, 2};
     double prev_weight = 2;
     std::string table = structured ? "structured (rank 6 + 1% noise)\n" : "random\n";
     for (int r : {1, 2, 4, 6, 8, 12, 16, 24, 32, 40, 48, 56, 64}) {
-      const ConversionReport e = measure_conversion(w, dec.truncate(r), x);
+      const ConversionReport e = measure_conversion(w, kShape, dec.truncate(r), x);
       const double we = dec.weight_error(r);
       table += "  rank " + std::to_string(r) + ": weight " + std::to_string(we) + "  K " + std::to_string(e.key) + "  V " +
                std::to_string(e.value) + "  KV " + std::to_string(e.kv) + "  out " + std::to_string(e.output) + "\n";
@@ -158,7 +169,7 @@ TEST_CASE("below full rank the error falls as the rank grows (random and structu
     MESSAGE(table);
     CHECK(prev.output <= 1e-12);
     if (structured) {  // the shared 6-dim subspace: rank 6 leaves only the noise
-      const ConversionReport at6 = measure_conversion(w, dec.truncate(6), x);
+      const ConversionReport at6 = measure_conversion(w, kShape, dec.truncate(6), x);
       CHECK(at6.kv < 0.05);
     }
   }
@@ -166,35 +177,41 @@ TEST_CASE("below full rank the error falls as the rank grows (random and structu
 
 TEST_CASE("bad conversion inputs are clear errors") {
   std::mt19937 rng(5);
-  MlaSourceWeights w = random_mha(4, 16, 64, rng);
+  MhaWeights w = random_mha(4, 16, 64, rng);
   const Eigen::MatrixXd x = gaussian(10, 64, rng);
-  check_throws_with<ShapeError>([&] { convert_whisper_mla(w, {.kept_pairs = 2, .latent_rank = 65}); },
+  check_throws_with<ShapeError>([&] { convert_whisper_mla(w, kShape, {.kept_pairs = 2, .latent_rank = 65}); },
                                 "latent rank 65 is out of range [1, 64]");
-  check_throws_with<ShapeError>([&] { convert_whisper_mla(w, {.kept_pairs = 2, .latent_rank = 0}); }, "latent rank 0 is out of range");
-  check_throws_with<ShapeError>([&] { convert_whisper_mla(w, {.kept_pairs = 9, .latent_rank = 8}); },
+  check_throws_with<ShapeError>([&] { convert_whisper_mla(w, kShape, {.kept_pairs = 2, .latent_rank = 0}); }, "latent rank 0 is out of range");
+  check_throws_with<ShapeError>([&] { convert_whisper_mla(w, kShape, {.kept_pairs = 9, .latent_rank = 8}); },
                                 "kept_pairs = 9 is out of range [0, head_dim / 2 = 8]");
-  check_throws_with<ShapeError>([&] { convert_whisper_mla(w, {.selection = KeepSelection::two_norm}); }, "calibration inputs are empty");
-  check_throws_with<ShapeError>([&] { convert_whisper_mla(w, {.selection = KeepSelection::two_norm}, gaussian(10, 63, rng)); },
+  check_throws_with<ShapeError>([&] { convert_whisper_mla(w, kShape, {.selection = KeepSelection::two_norm}); }, "calibration inputs are empty");
+  check_throws_with<ShapeError>([&] { convert_whisper_mla(w, kShape, {.selection = KeepSelection::two_norm}, gaussian(10, 63, rng)); },
                                 "calibration inputs have 63 columns, expected d_model = 64");
-  check_throws_with<ShapeError>([&] { WhisperMlaDecomposition(w, {{0}, {1}, {2}}); }, "3 kept-pair lists for 4 heads");
-  check_throws_with<ShapeError>([&] { WhisperMlaDecomposition(w, {{0}, {1}, {2}, {8}}); }, "head 3 keeps pair 8, out of range [0, 8)");
-  check_throws_with<ShapeError>([&] { WhisperMlaDecomposition(w, {{0}, {1}, {2}, {1, 2}}); }, "must keep the same number of pairs");
-  check_throws_with<ShapeError>([&] { WhisperMlaDecomposition(w, {{0}, {1}, {2}, {3, 3}}); }, "keeps a pair twice");
+  check_throws_with<ShapeError>([&] { WhisperMlaDecomposition(w, kShape, {{0}, {1}, {2}}); }, "3 kept-pair lists for 4 heads");
+  check_throws_with<ShapeError>([&] { WhisperMlaDecomposition(w, kShape, {{0}, {1}, {2}, {8}}); }, "head 3 keeps pair 8, out of range [0, 8)");
+  check_throws_with<ShapeError>([&] { WhisperMlaDecomposition(w, kShape, {{0}, {1}, {2}, {1, 2}}); }, "must keep the same number of pairs");
+  check_throws_with<ShapeError>([&] { WhisperMlaDecomposition(w, kShape, {{0}, {1}, {2}, {3, 3}}); }, "keeps a pair twice");
 
-  const WhisperMlaWeights c = convert_whisper_mla(w, {.kept_pairs = 2, .latent_rank = 16});
+  const WhisperMlaWeights c = convert_whisper_mla(w, kShape, {.kept_pairs = 2, .latent_rank = 16});
   check_throws_with<ShapeError>([&] { (void)c.mla_params<Mla<32, 4, MlaKeyPart::preserved>>(); },
                                 "weights have latent rank 16 and 4 kept dims per head, but the policy is mla_r32_keep4");
 
-  MlaSourceWeights bad = w;
-  bad.w_k = gaussian(64, 60, rng);
-  check_throws_with<ShapeError>([&] { convert_whisper_mla(bad, {}); }, "w_k is (64, 60), expected (d_model, n_heads * head_dim) = (64, 64)");
+  MhaWeights bad = w;
+  bad.w_k = gaussian_f(64, 60, rng);
+  check_throws_with<ShapeError>([&] { convert_whisper_mla(bad, kShape, {}); }, "W_k is 64 x 60, expected 64 x 64");
+  check_throws_with<ShapeError>([&] { convert_whisper_mla(w, {4, 15, 64}, {}); }, "even head_dim");
   bad = w;
-  bad.head_dim = 15;
-  bad.n_heads = 4;
-  check_throws_with<ShapeError>([&] { convert_whisper_mla(bad, {}); }, "even head_dim");
+  bad.b_v = Eigen::RowVectorXf::Zero(3);
+  check_throws_with<ShapeError>([&] { convert_whisper_mla(bad, kShape, {}); }, "b_v has 3 entries, expected 64 (or none)");
   bad = w;
-  bad.b_v = Eigen::RowVectorXd::Zero(3);
-  check_throws_with<ShapeError>([&] { convert_whisper_mla(bad, {}); }, "b_v has 3 entries, expected 0 or 64");
+  bad.w_o.resize(0, 0);  // one weights type for every converter: a whole MHA layer, W_o included
+  check_throws_with<ShapeError>([&] { convert_whisper_mla(bad, kShape, {}); }, "W_o is 0 x 0, expected 64 x 64");
+  // The key bias is dropped (it cancels in the softmax): the output error stays at rounding.
+  bad = w;
+  bad.b_k = gaussian_f(1, 64, rng, 0.5);
+  const ConversionReport with_key_bias =
+      measure_conversion(bad, kShape, convert_whisper_mla(bad, kShape, {.kept_pairs = 2, .latent_rank = 64}), x);
+  CHECK(with_key_bias.output <= 1e-12);
 }
 
 TEST_CASE("bad Mla / Mtla parameters and rows are clear errors") {

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include <polyattn/convert/x_cache.hpp>
 #include <polyattn/core/matrix.hpp>
 #include <polyattn/core/shape.hpp>
 #include <polyattn/variants/mha_gqa.hpp>

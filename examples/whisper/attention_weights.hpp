@@ -1,11 +1,11 @@
 // A decoder block's attention weights in the forms the library's converters take. Whisper
-// stores torch Linear weights (out, in); polyattn::MhaWeights is the x·W convention (in, out).
+// stores torch Linear weights (out, in); polyattn::MhaWeights is the x·W convention (in, out),
+// the one weights type of every converter (slim K-only, X-cache, Whisper-MLA).
 //   self:  q, k, v from the fused self_qkv (rows [q; k; v]); the key has no bias
 //   cross: q from cross_q; k, v from cross_kv (rows [k; v]), applied to the encoder output
 #pragma once
 
 #include <polyattn/convert/mha_weights.hpp>
-#include <polyattn/convert/whisper_mla.hpp>
 
 #include "weights.hpp"
 
@@ -47,21 +47,6 @@ inline MhaWeights cross_attention_weights(const DecoderBlock& b) {
   w.w_o = b.cross_out.weight.transpose();
   w.b_o = b.cross_out.bias;
   return w;
-}
-
-// The self-attention in double for the Whisper-MLA conversion (the key bias is zero in Whisper
-// and has no place in MlaSourceWeights: it would cancel in the softmax anyway).
-inline convert::MlaSourceWeights self_attention_mla_source(const DecoderBlock& b, int n_heads) {
-  const MhaWeights w = self_attention_weights(b);
-  convert::MlaSourceWeights s;
-  s.n_heads = n_heads;
-  s.head_dim = w.width() / n_heads;
-  s.w_q = w.w_q.cast<double>();
-  s.w_k = w.w_k.cast<double>();
-  s.w_v = w.w_v.cast<double>();
-  s.b_q = w.b_q.cast<double>();
-  s.b_v = w.b_v.cast<double>();
-  return s;
 }
 
 }  // namespace polyattn::whisper

@@ -15,7 +15,7 @@
 // The decoder calls attend once per layer and query position (a prompt of n tokens is n calls),
 // after checking the sequence ids.
 //
-// The policies are the library's CrossAttention<Option> (polyattn/variants/cross_cache.hpp):
+// The policies are the library's CrossAttention<Option> (polyattn/layers/cross_cache.hpp):
 //   baseline  per layer K and V (2 d floats per frame and layer)
 //   k-only    per layer K, V = K W_kv (slim attention; d per frame and layer)
 //   e-cache   the encoder output E once for all layers (d per frame)
@@ -30,7 +30,7 @@
 
 #include <polyattn/cache/contiguous.hpp>
 #include <polyattn/exec/cpu/cpu_simd.hpp>
-#include <polyattn/variants/cross_cache.hpp>
+#include <polyattn/layers/cross_cache.hpp>
 
 #include "attention_weights.hpp"
 #include "error.hpp"

@@ -5,7 +5,7 @@
 // GPU as on the CPU (exec::Cuda mirrors Nhd, Hnd and Paged<P>). The names are the CPU policies'
 // names (mha/hnd, ...): --device picks the executor, the policy names do not change with it.
 // SlimK2 and XCache read rows as cached, so they run on exec::Cuda; SlimK1 and SlimK with RoPE
-// derive rows at attend time and are refused at compile time (attention.hpp).
+// derive rows at attend time and are refused at compile time (core/attend_with_hooks.hpp).
 //
 // The attention runs on the GPU and the products of the encoder and decoder through cuBLAS
 // (cublas_dense.cuh); every attend and every product copies its inputs up and its outputs down.

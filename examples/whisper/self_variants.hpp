@@ -22,6 +22,7 @@
 
 #include <polyattn/convert/slim_k.hpp>
 #include <polyattn/convert/whisper_mla.hpp>
+#include <polyattn/convert/x_cache.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 #include <polyattn/variants/mla.hpp>
 #include <polyattn/variants/slim_k.hpp>
@@ -91,13 +92,14 @@ struct Mla {
   static std::string name() { return "mla" + std::to_string(Rank); }
 
   static SelfLayerWeights<variant> convert(const DecoderBlock& b, const WhisperDims& d, int layer) {
-    const convert::MlaSourceWeights src = self_attention_mla_source(b, d.n_text_head);
+    const MhaWeights src = self_attention_weights(b);
+    const AttentionShape shape = self_attention_shape(d);
     const convert::WhisperMlaDecomposition decomposition(
-        src, convert::select_kept_pairs(src, kept_pairs, convert::KeepSelection::uniform, {}));
+        src, shape, convert::select_kept_pairs(src, shape, kept_pairs, convert::KeepSelection::uniform, {}));
     const convert::WhisperMlaWeights c = decomposition.truncate(Rank);
     const Eigen::Index e = d.n_text_state, kept = c.w_kp.cols();
     SelfLayerWeights<variant> w;
-    w.shape = self_attention_shape(d);
+    w.shape = shape;
     // [q' | latent | kept key dims], q' with its columns permuted as the keys' are.
     w.in.weight.resize(e + Rank + kept, d.n_text_state);
     w.in.weight.topRows(e) = c.w_q.transpose().cast<float>();

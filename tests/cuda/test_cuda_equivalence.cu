@@ -9,7 +9,7 @@
 // against float caches of pre-rounded rows and against Reference. Scores at their limits (-inf,
 // overflow, no visible token; support/attend_limits.hpp) as on the CPU executors. Not on Cuda:
 // variants that derive rows at attend time (SlimK option 1, SlimK with RoPE), refused at compile
-// time (attention.hpp).
+// time (core/attend_with_hooks.hpp).
 // Without a CUDA device the GPU cases are skipped with a message; the host-only cases still run.
 #include <doctest/doctest.h>
 
@@ -21,9 +21,10 @@
 #include <polyattn/attention.hpp>
 #include <polyattn/cache/contiguous.hpp>
 #include <polyattn/cache/paged.hpp>
+#include <polyattn/convert/x_cache.hpp>
 #include <polyattn/exec/cuda/cuda.cuh>
 #include <polyattn/exec/reference/reference.hpp>
-#include <polyattn/variants/cross_cache.hpp>
+#include <polyattn/layers/cross_cache.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 #include <polyattn/variants/mla.hpp>
 #include <polyattn/variants/mtla.hpp>

@@ -1,5 +1,7 @@
 // Whisper-MLA conversion (MHA2MLA adapted to absolute positions): pretrained MHA self-attention
-// weights -> Mla<Rank, KeptDims, MlaKeyPart::preserved> weights. Offline, in double.
+// weights (MhaWeights, convert/mha_weights.hpp, with the AttentionShape that gives their heads)
+// -> Mla<Rank, KeptDims, MlaKeyPart::preserved> weights. Offline, in double (the float weights
+// are widened once).
 //
 //   1. Per head, keep `kept_pairs` frequency pairs (dims 2k, 2k+1) of the key uncompressed:
 //        uniform:  pairs floor(k * (head_dim/2) / kept_pairs), k < kept_pairs   (paper eq. 1)
@@ -19,7 +21,9 @@
 //      The product, hence the attention, is the same; they differ in the scale of the cached
 //      latent (which matters for low-precision caches) and of the up-projections.
 // The value bias moves behind attention (softmax weights sum to 1): Mla adds it in finish_outputs.
-// A key bias would be constant across keys for a given query and cancels; Whisper has none.
+// The key bias is dropped: it is constant across keys for a given query and cancels in the
+// softmax (absolute positions: no RoPE between projection and dot product). W_o and b_o are not
+// converted (the layer keeps them).
 //
 // `measure_conversion` reports, on calibration inputs, the relative Frobenius error of K, V,
 // [K V] and of the causal attention output, plus the weight-space error of the truncation.
@@ -34,27 +38,16 @@
 #include <Eigen/Core>
 #include <Eigen/SVD>
 
+#include "polyattn/convert/mha_weights.hpp"
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/matrix.hpp"
+#include "polyattn/core/shape.hpp"
 #include "polyattn/variants/mla.hpp"
 
 namespace polyattn::convert {
 
 enum class KeepSelection { uniform, two_norm };
 enum class SigmaSplit { symmetric, into_up };
-
-/// Pretrained MHA self-attention in double, x·W convention: q = x w_q + b_q, k = x w_k, v = x w_v + b_v.
-/// (The slim conversion's polyattn::MhaWeights holds the same layer in float with all biases; one
-/// type for both is a planned clean-up.)
-struct MlaSourceWeights {
-  int n_heads = 0;
-  int head_dim = 0;
-  Eigen::MatrixXd w_q, w_k, w_v;  ///< (d_model, n_heads * head_dim), heads adjacent
-  Eigen::RowVectorXd b_q, b_v;    ///< empty or (n_heads * head_dim)
-
-  int model_dim() const { return int(w_q.rows()); }
-  int width() const { return n_heads * head_dim; }
-};
 
 /// The converted layer. Queries: q' = x w_q + b_q (columns permuted within heads); cache rows:
 /// latent = x w_dkv, key_part = x w_kp; Mla params: w_uk, w_uv, b_v.
@@ -96,24 +89,35 @@ struct WhisperMlaWeights {
 
 namespace detail {
 
-inline void check_mha(const MlaSourceWeights& w) {
-  require<ShapeError>(w.n_heads >= 1 && w.head_dim >= 2 && w.head_dim % 2 == 0, "whisper_mla: need n_heads >= 1 and an even head_dim >= 2, got ",
-                      w.n_heads, " and ", w.head_dim);
-  const auto check = [&](const Eigen::MatrixXd& m, const char* name) {
-    require<ShapeError>(m.rows() == w.model_dim() && m.cols() == w.width(), "whisper_mla: ", name, " is (", m.rows(), ", ", m.cols(),
-                        "), expected (d_model, n_heads * head_dim) = (", w.model_dim(), ", ", w.width(), ")");
-  };
-  require<ShapeError>(w.model_dim() >= 1, "whisper_mla: w_q has no rows (d_model = 0)");
-  check(w.w_q, "w_q");
-  check(w.w_k, "w_k");
-  check(w.w_v, "w_v");
-  require<ShapeError>(w.b_q.size() == 0 || w.b_q.size() == w.width(), "whisper_mla: b_q has ", w.b_q.size(), " entries, expected 0 or ",
-                      w.width());
-  require<ShapeError>(w.b_v.size() == 0 || w.b_v.size() == w.width(), "whisper_mla: b_v has ", w.b_v.size(), " entries, expected 0 or ",
-                      w.width());
+/// The MHA layer the conversion reads, widened to double: q = x w_q + b_q, k = x w_k, v = x w_v + b_v.
+struct MhaInDouble {
+  int n_heads = 0;
+  int head_dim = 0;
+  Eigen::MatrixXd w_q, w_k, w_v;  ///< (d_model, n_heads * head_dim), heads adjacent
+  Eigen::RowVectorXd b_q, b_v;    ///< empty or (n_heads * head_dim)
+
+  int model_dim() const { return int(w_q.rows()); }
+  int width() const { return n_heads * head_dim; }
+};
+
+/// Checks `w` against `shape` (check_mha_weights; an even head_dim, for the frequency pairs) and
+/// widens the weights the conversion reads to double.
+inline MhaInDouble mha_in_double(const MhaWeights& w, AttentionShape shape) {
+  require<ShapeError>(shape.n_heads >= 1 && shape.head_dim >= 2 && shape.head_dim % 2 == 0,
+                      "whisper_mla: need n_heads >= 1 and an even head_dim >= 2, got ", shape.n_heads, " and ", shape.head_dim);
+  check_mha_weights(w, shape);
+  MhaInDouble m;
+  m.n_heads = shape.n_heads;
+  m.head_dim = shape.head_dim;
+  m.w_q = w.w_q.cast<double>();
+  m.w_k = w.w_k.cast<double>();
+  m.w_v = w.w_v.cast<double>();
+  m.b_q = w.b_q.cast<double>();
+  m.b_v = w.b_v.cast<double>();
+  return m;
 }
 
-inline void check_calibration(const MlaSourceWeights& w, const Eigen::MatrixXd& x) {
+inline void check_calibration(const MhaInDouble& w, const Eigen::MatrixXd& x) {
   require<ShapeError>(x.rows() >= 1, "whisper_mla: calibration inputs are empty; give (tokens, d_model) rows");
   require<ShapeError>(x.cols() == w.model_dim(), "whisper_mla: calibration inputs have ", x.cols(), " columns, expected d_model = ",
                       w.model_dim());
@@ -134,9 +138,9 @@ inline Eigen::MatrixXd permute_columns(const Eigen::MatrixXd& m, const std::vect
 
 /// Which key pairs each head keeps (ascending pair indices per head). `calibration`
 /// (tokens, d_model) is read by two_norm only.
-inline std::vector<std::vector<int>> select_kept_pairs(const MlaSourceWeights& w, int kept_pairs, KeepSelection how,
+inline std::vector<std::vector<int>> select_kept_pairs(const MhaWeights& mha, AttentionShape shape, int kept_pairs, KeepSelection how,
                                                        const Eigen::MatrixXd& calibration = {}) {
-  detail::check_mha(w);
+  const detail::MhaInDouble w = detail::mha_in_double(mha, shape);
   const int pairs = w.head_dim / 2;
   require<ShapeError>(kept_pairs >= 0 && kept_pairs <= pairs, "whisper_mla: kept_pairs = ", kept_pairs, " is out of range [0, head_dim / 2 = ",
                       pairs, "]");
@@ -167,8 +171,9 @@ inline std::vector<std::vector<int>> select_kept_pairs(const MlaSourceWeights& w
 /// Kept pairs, per-head permutation and the full joint SVD; truncate() gives any rank cheaply.
 class WhisperMlaDecomposition {
  public:
-  WhisperMlaDecomposition(const MlaSourceWeights& w, std::vector<std::vector<int>> kept) : mha_(w), kept_(std::move(kept)) {
-    detail::check_mha(w);
+  WhisperMlaDecomposition(const MhaWeights& weights, AttentionShape shape, std::vector<std::vector<int>> kept)
+      : mha_(detail::mha_in_double(weights, shape)), kept_(std::move(kept)) {
+    const detail::MhaInDouble& w = mha_;
     require<ShapeError>(int(kept_.size()) == w.n_heads, "whisper_mla: ", kept_.size(), " kept-pair lists for ", w.n_heads, " heads");
     const int pairs = w.head_dim / 2;
     kept_dims_ = 2 * int(kept_.front().size());
@@ -220,7 +225,7 @@ class WhisperMlaDecomposition {
 
   WhisperMlaWeights truncate(int rank, SigmaSplit split = SigmaSplit::symmetric) const {
     check_rank(rank);
-    const MlaSourceWeights& w = mha_;
+    const detail::MhaInDouble& w = mha_;
     const int nope = w.head_dim - kept_dims_;
     WhisperMlaWeights out;
     out.n_heads = w.n_heads;
@@ -252,7 +257,7 @@ class WhisperMlaDecomposition {
                         "] (min(d_model, n_heads * (2 * head_dim - kept_dims)))");
   }
 
-  MlaSourceWeights mha_;
+  detail::MhaInDouble mha_;
   std::vector<std::vector<int>> kept_;
   int kept_dims_ = 0;
   std::vector<int> perm_;
@@ -269,14 +274,16 @@ struct WhisperMlaOptions {
 };
 
 /// One-shot conversion; `calibration` (tokens, d_model) is needed for two_norm selection only.
-inline WhisperMlaWeights convert_whisper_mla(const MlaSourceWeights& w, const WhisperMlaOptions& o, const Eigen::MatrixXd& calibration = {}) {
-  return WhisperMlaDecomposition(w, select_kept_pairs(w, o.kept_pairs, o.selection, calibration)).truncate(o.latent_rank, o.split);
+inline WhisperMlaWeights convert_whisper_mla(const MhaWeights& w, AttentionShape shape, const WhisperMlaOptions& o,
+                                             const Eigen::MatrixXd& calibration = {}) {
+  return WhisperMlaDecomposition(w, shape, select_kept_pairs(w, shape, o.kept_pairs, o.selection, calibration))
+      .truncate(o.latent_rank, o.split);
 }
 
 /// Relative Frobenius errors of a conversion on calibration inputs.
 struct ConversionReport {
   int rank = 0;
-  double key = 0;     ///< ||K^ - K|| / ||K||   (K^ un-permuted; kept dims are exact)
+  double key = 0;     ///< ||K^ - K|| / ||K||   (K^ un-permuted; kept dims are exact; K = x W_k, without the dropped key bias)
   double value = 0;   ///< ||V^ - V|| / ||V||
   double kv = 0;      ///< joint: sqrt(||dK||^2 + ||dV||^2) / sqrt(||K||^2 + ||V||^2); never rises with rank
   double output = 0;  ///< causal self-attention output over the calibration sequence, all heads
@@ -301,8 +308,9 @@ inline Eigen::MatrixXd causal_attention(const Eigen::MatrixXd& q, const Eigen::M
 }
 }  // namespace detail
 
-inline ConversionReport measure_conversion(const MlaSourceWeights& w, const WhisperMlaWeights& c, const Eigen::MatrixXd& calibration) {
-  detail::check_mha(w);
+inline ConversionReport measure_conversion(const MhaWeights& mha, AttentionShape shape, const WhisperMlaWeights& c,
+                                           const Eigen::MatrixXd& calibration) {
+  const detail::MhaInDouble w = detail::mha_in_double(mha, shape);
   detail::check_calibration(w, calibration);
   require<ShapeError>(c.n_heads == w.n_heads && c.head_dim == w.head_dim && int(c.permutation.size()) == w.width(),
                       "whisper_mla: converted weights are for ", c.n_heads, " heads of ", c.head_dim, ", the MHA layer has ", w.n_heads,
@@ -328,7 +336,9 @@ inline ConversionReport measure_conversion(const MlaSourceWeights& w, const Whis
   e.key = std::sqrt(dk2 / k.squaredNorm());
   e.value = std::sqrt(dv2 / v.squaredNorm());
   e.kv = std::sqrt((dk2 + dv2) / (k.squaredNorm() + v.squaredNorm()));
-  const Eigen::MatrixXd out = detail::causal_attention(q, k, v, w.n_heads);
+  // The MHA output with its key bias, if it has one (it cancels: the converted layer has none).
+  const Eigen::MatrixXd k_biased = detail::add_bias(k, mha.b_k.cast<double>());
+  const Eigen::MatrixXd out = detail::causal_attention(q, k_biased, v, w.n_heads);
   e.output = (detail::causal_attention(q_perm, k_perm, v_hat, w.n_heads) - out).norm() / out.norm();
   return e;
 }

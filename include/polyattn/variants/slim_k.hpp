@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "polyattn/cache/derived_rows.hpp"
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/matrix.hpp"
 #include "polyattn/core/rope.hpp"
+#include "polyattn/variants/derived_rows.hpp"
 #include "polyattn/variants/variant.hpp"
 
 namespace polyattn {

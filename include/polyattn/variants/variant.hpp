@@ -25,7 +25,7 @@
 //   V::attend_derived(shape, params, const Store& store, std::span<const QueryJob> jobs,
 //                     V::Scratch&, attend)
 // which calls attend(view, some_jobs) for groups of the jobs, `view` being any object with the
-// store interface the executors read (`row`, `run`; see cache/derived_rows.hpp).
+// store interface the executors read (`row`, `run`; see variants/derived_rows.hpp).
 #pragma once
 
 #include <concepts>

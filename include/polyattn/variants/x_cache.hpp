@@ -4,10 +4,10 @@
 // The key bias cancels in the softmax (no RoPE may sit between projection and dot product);
 // the value bias is added after (softmax weights sum to 1), so the output equals MHA's heads
 // before W_o. For cross-attention X is the encoder output E: one E-cache for every decoder layer
-// (variants/cross_cache.hpp).
+// (layers/cross_cache.hpp).
 //
 // Queries are the layer input x (width d). Two ways to form the per-head query of width d,
-// chosen at conversion (make_x_cache_params) by multiply-adds per query row:
+// chosen at conversion (make_x_cache_params, convert/x_cache.hpp) by multiply-adds per query row:
 //   projected (two steps):  q = x W_q + b_q, then q_i W_k,i^T         2 d e
 //   fused (precomputed):    x W_qk,i + c_i, W_qk,i = W_q,i W_k,i^T      n_heads d^2
 // fused is cheaper only when d < 2 head_dim (few, wide heads). Whisper (d = n_heads * 64) and
@@ -20,7 +20,6 @@
 
 #include <Eigen/Core>
 
-#include "polyattn/convert/mha_weights.hpp"
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/matrix.hpp"
 #include "polyattn/variants/variant.hpp"
@@ -133,37 +132,6 @@ struct XCache : VariantBase {
 inline XCache::QueryPath cheaper_x_cache_query_path(AttentionShape s) {
   const double d = s.input_width(), e = s.query_width();
   return double(s.n_heads) * d * d < 2 * d * e ? XCache::QueryPath::fused : XCache::QueryPath::projected;
-}
-
-/// X-cache parameters from MHA weights (the key bias is dropped: it cancels in the softmax).
-/// The fused products are formed in double.
-inline XCache::Params make_x_cache_params(const MhaWeights& w, AttentionShape s, XCache::QueryPath path) {
-  check_mha_weights(w, s);
-  const int d = s.input_width(), e = s.query_width(), dh = s.head_dim;
-  XCache::Params p;
-  p.path = path;
-  p.w_v = w.w_v;
-  p.b_v = bias_or_zero(w.b_v, e);
-  const Eigen::RowVectorXf b_q = bias_or_zero(w.b_q, e);
-  if (path == XCache::QueryPath::projected) {
-    p.w_q = w.w_q;
-    p.b_q = b_q;
-    p.w_k = w.w_k;
-    return p;
-  }
-  p.w_qk.resize(d, std::ptrdiff_t(s.n_heads) * d);
-  p.c_qk.resize(std::ptrdiff_t(s.n_heads) * d);
-  for (int i = 0; i < s.n_heads; ++i) {
-    const Eigen::MatrixXd wq = w.w_q.middleCols(std::ptrdiff_t(i) * dh, dh).cast<double>();
-    const Eigen::MatrixXd wk = w.w_k.middleCols(std::ptrdiff_t(i) * dh, dh).cast<double>();
-    p.w_qk.middleCols(std::ptrdiff_t(i) * d, d) = (wq * wk.transpose()).cast<float>();
-    p.c_qk.segment(std::ptrdiff_t(i) * d, d) = (b_q.segment(std::ptrdiff_t(i) * dh, dh).cast<double>() * wk.transpose()).cast<float>();
-  }
-  return p;
-}
-
-inline XCache::Params make_x_cache_params(const MhaWeights& w, AttentionShape s) {
-  return make_x_cache_params(w, s, cheaper_x_cache_query_path(s));
 }
 
 }  // namespace polyattn

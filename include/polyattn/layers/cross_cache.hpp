@@ -10,8 +10,15 @@
 //                    with W_k,l and W_v,l replaced offline by W_k0^-1 W_k,l and W_k0^-1 W_v,l
 //                    (p d for the whole model, and layer 0 reads W_kv0 instead of W_k0 and W_v0)
 //
+// A layer module, not a variant: it composes the variants Mha, SlimK2 and XCache (variants/), the
+// conversions of convert/, a cache store per its Layout and an Executor, and calls the attend step
+// (core/attend_with_hooks.hpp) itself, as Attention does, because one cache may be read by every
+// layer with different weights. Layout, Executor and the cache element type T are the caller's
+// choice, as for Attention<Variant, Layout, Executor, T>; include the headers of the layout
+// (cache/contiguous.hpp, cache/paged.hpp) and executor (exec/...) you pick.
+//
 // Use, per model:
-//   CrossAttention<cross::SharedE> cross(shape, layer_weights, {.max_sequences = B, .capacity = 1500});
+//   CrossAttention<cross::SharedE, Nhd, exec::CpuSimd> cross(shape, layer_weights, {.max_sequences = B, .capacity = 1500});
 //   int s = cross.open_sequence();
 //   cross.set_encoder_output(s, E);                  // (p, d), once per audio
 //   cross.attend(layer, seqs, x, y);                 // every decode step, every layer
@@ -26,15 +33,20 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
-#include "polyattn/attention.hpp"
-#include "polyattn/cache/contiguous.hpp"
+#include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/convert/mha_weights.hpp"
 #include "polyattn/convert/slim_k.hpp"
+#include "polyattn/convert/x_cache.hpp"
+#include "polyattn/core/attend.hpp"
+#include "polyattn/core/attend_with_hooks.hpp"
+#include "polyattn/core/cache_element.hpp"
 #include "polyattn/core/error.hpp"
-#include "polyattn/exec/cpu/cpu_simd.hpp"
+#include "polyattn/core/matrix.hpp"
+#include "polyattn/core/shape.hpp"
 #include "polyattn/variants/mha_gqa.hpp"
 #include "polyattn/variants/slim_k.hpp"
 #include "polyattn/variants/x_cache.hpp"
@@ -56,8 +68,10 @@ struct Hybrid {
 };
 }  // namespace cross
 
-template <class Option, class Layout = Nhd, class Executor = exec::CpuSimd>
+template <class Option, class Layout, class Executor, class T = float>
 class CrossAttention {
+  static_assert(CacheElement<T>,
+                "polyattn: cache element type T must be float, double, Eigen::half or Eigen::bfloat16 (core/cache_element.hpp)");
   static constexpr bool kBaseline = std::is_same_v<Option, cross::Baseline>;
   static constexpr bool kKOnly = std::is_same_v<Option, cross::KOnly>;
   static constexpr bool kSharedE = std::is_same_v<Option, cross::SharedE>;
@@ -69,7 +83,7 @@ class CrossAttention {
   // starts over (re-uploads every row) when it is handed another: per-layer stores would be
   // re-uploaded at every layer of every step. Those options get one executor per store there.
   static constexpr bool kExecutorPerStore = kPerLayerStores && requires { Executor::mirrors_cache_rows; };
-  using Store = CacheStore<Layout, float>;
+  using Store = CacheStore<Layout, T>;
 
  public:
   /// `shape`: heads of the cross-attention; shape.model_dim = d (0 means n_heads * head_dim).
@@ -122,6 +136,11 @@ class CrossAttention {
     for (int i = 0; i < n_stores; ++i) stores_.emplace_back(std::make_unique<Store>(tensors_of(i), config));
     for (int i = 0; i < (kExecutorPerStore ? n_stores : 1); ++i) executors_.emplace_back(std::make_unique<Executor>(threads));
   }
+
+  using option_type = Option;
+  using layout_type = Layout;
+  using executor_type = Executor;
+  using value_type = T;
 
   static std::string name() { return "cross-" + Option::name() + "/" + Layout::name() + "/" + Executor::name(); }
 
@@ -194,8 +213,8 @@ class CrossAttention {
     return bytes;
   }
 
-  /// Bytes one encoder frame costs over all layers (the option's whole point: 2 L d floats for
-  /// the baseline, L d for K-only, d for the shared E-cache and the hybrid).
+  /// Bytes one encoder frame costs over all layers (the option's whole point: 2 L d elements of T
+  /// for the baseline, L d for K-only, d for the shared E-cache and the hybrid).
   std::size_t cache_bytes_per_frame() const {
     std::size_t bytes = 0;
     for (const auto& s : stores_) bytes += bytes_per_frame(*s);
@@ -220,7 +239,7 @@ class CrossAttention {
   static std::size_t bytes_per_frame(const Store& store) {
     std::size_t elements = 0;
     for (const TensorSpec& t : store.tensors()) elements += t.elements();
-    return elements * sizeof(float);
+    return elements * sizeof(T);
   }
 
   std::vector<TensorSpec> tensors_of(int store) const {

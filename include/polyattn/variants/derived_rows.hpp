@@ -2,13 +2,15 @@
 // interface it already reads (`row`, `run`). Tensors [0, store tensors) pass through to the cache;
 // the ones after are dense matrices the variant filled for one sequence, e.g. slim attention's
 // V = K W_KV (option 1) or keys rotated after reading (RoPE). Executors stay unaware of it.
+// It reads the store only through that interface (no cache/ header): a run of derived rows is
+// returned as the store's own run type (CacheRun<float>, cache/layout_traits.hpp).
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <type_traits>
+#include <utility>
 
-#include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/matrix.hpp"
 #include "polyattn/core/shape.hpp"
@@ -34,6 +36,7 @@ template <class Store, std::size_t N>
 class DerivedRows {
  public:
   using value_type = std::remove_cvref_t<decltype(*std::declval<const Store&>().row(0, 0, 0, 0))>;
+  using run_type = decltype(std::declval<const Store&>().run(0, 0, 0, 0));  // the store's CacheRun<float>
   static_assert(std::is_same_v<value_type, float>,
                 "polyattn: derived rows (slim attention option 1, RoPE after reading) need a float cache");
 
@@ -47,10 +50,10 @@ class DerivedRows {
     return derived_row(tensor, seq, token, head);
   }
 
-  CacheRun<float> run(int tensor, int seq, int token, int head) const {
+  run_type run(int tensor, int seq, int token, int head) const {
     if (tensor < first_derived_) return store_.run(tensor, seq, token, head);
     const RowMatrixXf& m = *derived_[std::size_t(tensor - first_derived_)];
-    return {derived_row(tensor, seq, token, head), std::ptrdiff_t(m.cols()), int(m.rows()) - token};
+    return run_type{derived_row(tensor, seq, token, head), std::ptrdiff_t(m.cols()), int(m.rows()) - token};
   }
 
  private:
