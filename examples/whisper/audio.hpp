@@ -101,12 +101,36 @@ inline std::string sf_format_name(int format) {
   return name.empty() ? "format " + std::to_string(format) : name;
 }
 
+// libsndfile 1.2 stays in sf_open for over 30 s (stopped there) on a RIFF/WAVE file of 165 bytes whose
+// LIST/INFO chunk claims a huge size (found by fuzz_wav; libsndfile issue 1118, open upstream,
+// whose backtrace shows its sub-chunk parser walking the claimed size). So a RIFF/WAVE file's
+// top-level chunks are checked first, as the previous WAV reader did: each must fit in the file,
+// except 'data', which libsndfile shortens to the whole frames present.
+inline void check_riff_chunks(std::span<const std::uint8_t> bytes, const std::string& name) {
+  if (bytes.size() < 12 || std::memcmp(bytes.data(), "RIFF", 4) != 0 || std::memcmp(bytes.data() + 8, "WAVE", 4) != 0) return;
+  std::size_t pos = 12;
+  while (bytes.size() - pos >= 8) {
+    const std::string id(reinterpret_cast<const char*>(bytes.data() + pos), 4);
+    std::uint32_t size;
+    std::memcpy(&size, bytes.data() + pos + 4, 4);  // little-endian, as x86 and RIFF
+    pos += 8;
+    if (size > bytes.size() - pos) {
+      if (id == "data") return;
+      throw FormatError(name + ": truncated or corrupt: chunk '" + id + "' declares " + std::to_string(size) + " bytes, " +
+                        std::to_string(bytes.size() - pos) + " left");
+    }
+    pos += size;
+    if ((size & 1u) && pos < bytes.size()) ++pos;  // pad byte
+  }
+}
+
 }  // namespace detail
 
 // Decodes an audio file held in memory; returns mono samples at the file's own rate. `name`
 // names the file in messages.
 inline Audio decode_audio(std::span<const std::uint8_t> bytes, const std::string& name = "audio file",
                           std::size_t max_frames = kDefaultMaxAudioFrames) {
+  detail::check_riff_chunks(bytes, name);
   detail::SfMemory memory{bytes};
   SF_VIRTUAL_IO io{&detail::SfMemory::size, &detail::SfMemory::seek, &detail::SfMemory::read, &detail::SfMemory::write,
                    &detail::SfMemory::tell};
