@@ -17,7 +17,7 @@
 #include <whisper/model.hpp>
 #include <whisper/policies.hpp>
 #include <whisper/transcribe.hpp>  // ranks of its own, instantiated here
-#include <whisper/wav.hpp>
+#include <whisper/audio.hpp>
 #include <whisper/wer.hpp>
 
 namespace pw = polyattn::whisper;
@@ -59,7 +59,7 @@ std::vector<Clip> load_clips(const std::string& data_dir) {
   std::vector<Clip> clips;
   const std::filesystem::path jfk = std::filesystem::path(data_dir) / "jfk.wav";
   if (std::filesystem::exists(jfk))
-    clips.push_back({"jfk", kJfkSpoken, pw::load_wav_16k_mono(jfk.string())});
+    clips.push_back({"jfk", kJfkSpoken, pw::load_audio_16k_mono(jfk.string())});
   else
     std::fprintf(stderr, "skipping jfk.wav: %s is not present\n", jfk.c_str());
 
@@ -79,7 +79,7 @@ std::vector<Clip> load_clips(const std::string& data_dir) {
       std::fprintf(stderr, "skipping sentence %zu: espeak-ng failed\n", i);
       continue;
     }
-    clips.push_back({"espeak" + std::to_string(i), kSentences[i], pw::load_wav_16k_mono(path)});
+    clips.push_back({"espeak" + std::to_string(i), kSentences[i], pw::load_audio_16k_mono(path)});
   }
   std::filesystem::remove_all(dir);
   return clips;

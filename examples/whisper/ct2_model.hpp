@@ -11,6 +11,7 @@
 // *_scale variables) is refused with UnsupportedError.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -21,11 +22,12 @@
 #include <string>
 #include <vector>
 
+#include <Eigen/Core>  // Eigen::half, Eigen::bfloat16
+#include <nlohmann/json.hpp>
+
 #include "byte_reader.hpp"
 #include "checked_size.hpp"
 #include "error.hpp"
-#include "half.hpp"
-#include "json.hpp"
 
 namespace polyattn::whisper {
 
@@ -169,7 +171,8 @@ inline Ct2ModelBin Ct2ModelBin::parse(std::span<const std::uint8_t> bytes, const
         for (std::size_t k = 0; k < n; ++k) {
           std::uint16_t h;
           std::memcpy(&h, p + 2 * k, 2);
-          v.values[k] = v.dtype == Ct2DType::float16 ? half_to_float(h) : bfloat16_to_float(h);
+          v.values[k] = v.dtype == Ct2DType::float16 ? static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(h))
+                                                     : static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(h));
         }
         break;
       case Ct2DType::int8:
@@ -214,11 +217,83 @@ inline Ct2ModelBin Ct2ModelBin::parse(std::span<const std::uint8_t> bytes, const
   return m;
 }
 
+// ---- JSON (config.json, vocabulary.json) through nlohmann::json -----------------------------
+// Every failure is a FormatError naming the file (and the field): a syntax error with
+// nlohmann's message (which gives the byte offset), a value of the wrong type, nesting deeper
+// than kMaxJsonDepth (so that nothing recursive that walks the value, nlohmann's own dump()
+// and comparisons included, can be driven off the stack by a file). No nlohmann exception
+// leaves these functions.
+
+using Json = nlohmann::json;
+
+inline constexpr int kMaxJsonDepth = 128;  // containers nested below the top-level value
+
+inline Json parse_json(std::string_view text, const std::string& what) {
+  // The callback sees each container open at its depth (0 for the top level) before its contents.
+  const Json::parser_callback_t depth_limit = [&what](int depth, Json::parse_event_t event, Json&) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) && depth > kMaxJsonDepth)
+      throw FormatError(what + ": nesting deeper than " + std::to_string(kMaxJsonDepth));
+    return true;
+  };
+  try {
+    return Json::parse(text.begin(), text.end(), depth_limit);
+  } catch (const Json::exception& e) {
+    throw FormatError(what + ": " + e.what());
+  }
+}
+
+namespace detail {
+
+inline const char* json_type_name(const Json& j) {
+  return j.is_number_integer() || j.is_number_unsigned() ? "an integer" : j.is_number_float() ? "a number" : j.type_name();
+}
+
+}  // namespace detail
+
+inline const Json::array_t& json_array(const Json& j, std::string_view what) {
+  if (!j.is_array()) throw FormatError(std::string(what) + ": expected an array, got " + detail::json_type_name(j));
+  return j.get_ref<const Json::array_t&>();
+}
+
+inline const Json::object_t& json_object(const Json& j, std::string_view what) {
+  if (!j.is_object()) throw FormatError(std::string(what) + ": expected an object, got " + detail::json_type_name(j));
+  return j.get_ref<const Json::object_t&>();
+}
+
+inline const std::string& json_string(const Json& j, std::string_view what) {
+  if (!j.is_string()) throw FormatError(std::string(what) + ": expected a string, got " + detail::json_type_name(j));
+  return j.get_ref<const std::string&>();
+}
+
+// An integer-valued number in [lo, hi] (1, -2, also 1.0 and 1E+2, as JSON does not tell them apart).
+inline std::int64_t json_int(const Json& j, std::string_view what, std::int64_t lo = INT32_MIN, std::int64_t hi = INT32_MAX) {
+  auto out_of_range = [&](const std::string& got) {
+    return FormatError(std::string(what) + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                       "], got " + got);
+  };
+  if (j.is_number_unsigned()) {
+    const std::uint64_t u = j.get<std::uint64_t>();
+    if (hi < 0 || u > static_cast<std::uint64_t>(hi) || static_cast<std::int64_t>(u) < lo) throw out_of_range(std::to_string(u));
+    return static_cast<std::int64_t>(u);
+  }
+  if (j.is_number_integer()) {
+    const std::int64_t i = j.get<std::int64_t>();
+    if (i < lo || i > hi) throw out_of_range(std::to_string(i));
+    return i;
+  }
+  if (j.is_number_float()) {
+    const double d = j.get<double>();
+    if (!(d == std::floor(d)) || d < static_cast<double>(lo) || d > static_cast<double>(hi)) throw out_of_range(std::to_string(d));
+    return static_cast<std::int64_t>(d);
+  }
+  throw FormatError(std::string(what) + ": expected an integer, got " + detail::json_type_name(j));
+}
+
 // A CTranslate2 model directory: model.bin, config.json (optional keys), and
 // vocabulary.json (a JSON array) or vocabulary.txt (one token per line).
 struct Ct2ModelDir {
   Ct2ModelBin model;
-  Json config;                          // {} when config.json is absent
+  Json config = Json::object();         // {} when config.json is absent
   std::vector<std::string> vocabulary;  // token strings as stored (GPT-2 byte-level form)
 };
 
@@ -237,16 +312,16 @@ inline std::vector<std::string> parse_vocabulary_txt(std::string_view text) {
 }
 
 inline std::vector<std::string> parse_vocabulary_json(std::string_view text, const std::string& what) {
-  const Json j = Json::parse(text, what);
+  const Json j = parse_json(text, what);
   std::vector<std::string> tokens;
-  for (const Json& t : j.as_array(what)) tokens.push_back(t.as_string(what + " entry"));
+  for (const Json& t : json_array(j, what)) tokens.push_back(json_string(t, what + " entry"));
   return tokens;
 }
 
 // config.json: a JSON object, every key optional.
 inline Json parse_ct2_config(std::string_view text, const std::string& what) {
-  Json config = Json::parse(text, what);
-  config.as_object(what);
+  Json config = parse_json(text, what);
+  json_object(config, what);
   return config;
 }
 
@@ -259,8 +334,6 @@ inline Ct2ModelDir load_ct2_model_dir(const std::filesystem::path& dir) {
   if (std::filesystem::exists(cfg)) {
     const auto b = read_file_bytes(cfg.string());
     out.config = parse_ct2_config(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()), cfg.string());
-  } else {
-    out.config = Json(Json::Object{});
   }
   const auto vjson = dir / "vocabulary.json", vtxt = dir / "vocabulary.txt";
   if (std::filesystem::exists(vjson)) {

@@ -23,13 +23,12 @@
 #include <string>
 #include <vector>
 
-#include <Eigen/Core>
+#include <Eigen/Core>  // also Eigen::half
 
 #include "byte_reader.hpp"
 #include "checked_size.hpp"
 #include "error.hpp"
 #include "matrix.hpp"
-#include "half.hpp"
 
 namespace polyattn::whisper {
 
@@ -137,7 +136,7 @@ inline GgmlModel parse_ggml(std::span<const std::uint8_t> bytes, GgmlLoad mode =
       for (std::size_t k = 0; k < n; ++k) {
         std::uint16_t v;
         std::memcpy(&v, data.data() + 2 * k, 2);
-        t.data[k] = half_to_float(v);
+        t.data[k] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(v));
       }
     }
     const std::string name = t.name;

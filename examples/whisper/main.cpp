@@ -1,5 +1,6 @@
-// whisper: transcribe WAV files with the Whisper tiny.en model in CTranslate2 format
-// (examples/whisper/fetch_model.sh) or a whisper.cpp ggml file, decoding all files as one
+// whisper: transcribe audio files (any format libsndfile reads: WAV, FLAC, Ogg, ...) with the
+// Whisper tiny.en model in CTranslate2 format (examples/whisper/fetch_model.sh) or a whisper.cpp
+// ggml file, decoding all files as one
 // batch through the decoder attention policies named by --self and --cross, their attention on
 // the CPU or (whisper_cuda, --device cuda) on a CUDA GPU. This file is compiled by the C++
 // compiler for both executables; the CUDA policies live in cuda_backend.cu (backend.hpp).
@@ -17,7 +18,7 @@
 
 #include <whisper/backend.hpp>
 #include <whisper/model.hpp>
-#include <whisper/wav.hpp>
+#include <whisper/audio.hpp>
 
 namespace {
 
@@ -155,7 +156,7 @@ int main(int argc, char** argv) {
     int failures = 0;
     for (const std::string& path : audio) {
       try {
-        samples.push_back(pw::load_wav_16k_mono(path));
+        samples.push_back(pw::load_audio_16k_mono(path));
         paths.push_back(path);
       } catch (const pw::Error& e) {
         std::fprintf(stderr, "error: %s: %s\n", path.c_str(), e.what());

@@ -1,6 +1,7 @@
 // Whisper's log-mel spectrogram, as openai-whisper's audio.py computes it:
 //   STFT: n_fft 400, hop 160, periodic Hann window, torch.stft(center=True) reflect
-//   padding, last frame dropped; power |X|^2; 80 Slaney-normalised mel filters (librosa
+//   padding, last frame dropped (the FFT is Eigen's, unsupported/Eigen/FFT, whose default
+//   kissfft backend handles n = 400 = 2^4 5^2); power |X|^2; 80 Slaney-normalised mel filters (librosa
 //   defaults, computed here, not loaded); log10(max(x, 1e-10)); clamp to (global max - 8);
 //   (x + 4) / 4.
 // Long audio: like whisper.transcribe, 30 s of zeros are appended to the samples before
@@ -8,6 +9,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <unsupported/Eigen/FFT>
 
 #include <algorithm>
 #include <cmath>
@@ -19,7 +21,6 @@
 #include <vector>
 
 #include "error.hpp"
-#include "fft.hpp"
 #include "matrix.hpp"
 
 namespace polyattn::whisper {
@@ -99,27 +100,17 @@ inline RowMatrixXf power_spectrogram(std::span<const float> samples, int n_fft, 
     return samples[static_cast<std::size_t>(j)];
   };
 
-  // Two real frames per complex FFT: z = a + i b gives A[k] = (Z[k] + conj(Z[-k])) / 2 and
-  // B[k] = (Z[k] - conj(Z[-k])) / 2i.
-  const Fft fft(static_cast<std::size_t>(n_fft));
-  std::vector<Fft::Complex> z(static_cast<std::size_t>(n_fft)), Z(static_cast<std::size_t>(n_fft));
-  for (std::ptrdiff_t f0 = 0; f0 < n_frames; f0 += 2) {
-    const bool pair = f0 + 1 < n_frames;
-    for (int i = 0; i < n_fft; ++i) {
-      const double w = window[static_cast<std::size_t>(i)];
-      const double a = w * sample_at(f0 * hop_length + i - pad);
-      const double b = pair ? w * sample_at((f0 + 1) * hop_length + i - pad) : 0.0;
-      z[static_cast<std::size_t>(i)] = {a, b};
-    }
-    fft.forward(z.data(), Z.data());
-    for (int k = 0; k < n_bins; ++k) {
-      const Fft::Complex zk = Z[static_cast<std::size_t>(k)];
-      const Fft::Complex zn = std::conj(Z[static_cast<std::size_t>((n_fft - k) % n_fft)]);
-      const Fft::Complex A = 0.5 * (zk + zn);
-      const Fft::Complex B = Fft::Complex(0.0, -0.5) * (zk - zn);
-      power(k, f0) = static_cast<float>(std::norm(A));
-      if (pair) power(k, f0 + 1) = static_cast<float>(std::norm(B));
-    }
+  // One real FFT per frame, half spectrum (bins 0..n_fft/2): Eigen's kissfft computes it as a
+  // complex FFT of n_fft/2 points when 4 divides n_fft.
+  Eigen::FFT<double> fft;
+  fft.SetFlag(Eigen::FFT<double>::HalfSpectrum);
+  std::vector<double> frame(static_cast<std::size_t>(n_fft));
+  std::vector<std::complex<double>> spectrum(static_cast<std::size_t>(n_bins));
+  for (std::ptrdiff_t f = 0; f < n_frames; ++f) {
+    for (int i = 0; i < n_fft; ++i)
+      frame[static_cast<std::size_t>(i)] = window[static_cast<std::size_t>(i)] * sample_at(f * hop_length + i - pad);
+    fft.fwd(spectrum.data(), frame.data(), n_fft);
+    for (int k = 0; k < n_bins; ++k) power(k, f) = static_cast<float>(std::norm(spectrum[static_cast<std::size_t>(k)]));
   }
   return power;
 }

@@ -93,11 +93,12 @@ struct Transcription {
 // `what` names the file in messages.
 inline void apply_ct2_config(const Json& config, const std::string& what, DecodingRules& rules) {
   auto read_ids = [&](const char* key, std::vector<int>& ids) {
-    const Json* list = config.find(key);
-    if (!list) return;
+    if (!config.is_object()) return;
+    const auto list = config.find(key);
+    if (list == config.end()) return;
     const std::string field = what + ": " + key;
     ids.clear();
-    for (const Json& id : list->as_array(field)) ids.push_back(static_cast<int>(id.as_int(field)));
+    for (const Json& id : json_array(*list, field)) ids.push_back(static_cast<int>(json_int(id, field)));
   };
   read_ids("suppress_ids", rules.suppress);
   read_ids("suppress_ids_begin", rules.suppress_at_begin);

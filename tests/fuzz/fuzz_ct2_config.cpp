@@ -2,10 +2,12 @@
 // (parse_ct2_config) and applied to the decoding rules of a model as WhisperModel::load_ct2 does
 // (apply_ct2_config, then the WhisperModel constructor, which checks the ids against the
 // vocabulary; the model is the synthetic Whisper-shaped one with a byte-level vocabulary).
-// Invariants: nesting stays within the parser's depth limit (128 below the top level), and the
-// rules take exactly the config's suppress lists, or keep theirs when a list is absent.
+// The JSON is nlohmann::json's (parse_json, the typed accessors json_array / json_int): every
+// failure must come out as a polyattn::whisper::Error, never as an nlohmann exception (which
+// run_one reports as a crash).
+// Invariants: nesting stays within parse_json's depth limit (kMaxJsonDepth below the top level),
+// and the rules take exactly the config's suppress lists, or keep theirs when a list is absent.
 #include <whisper/ct2_model.hpp>
-#include <whisper/json.hpp>
 #include <whisper/model.hpp>
 
 #include <algorithm>
@@ -19,16 +21,15 @@ namespace {
 
 int nesting(const pw::Json& j) {
   int deepest = 0;
-  if (j.is_array())
-    for (const pw::Json& v : j.as_array("")) deepest = std::max(deepest, nesting(v));
-  if (j.is_object())
-    for (const auto& [key, v] : j.as_object("")) deepest = std::max(deepest, nesting(v));
-  return j.is_array() || j.is_object() ? deepest + 1 : 0;
+  if (j.is_structured())
+    for (const pw::Json& v : j) deepest = std::max(deepest, nesting(v));
+  return j.is_structured() ? deepest + 1 : 0;
 }
 
 void check_list(const pw::Json& config, const char* key, const std::vector<int>& before, const std::vector<int>& after) {
-  const pw::Json* list = config.find(key);
-  const std::size_t expected = list ? list->as_array(key).size() : before.size();
+  const auto found = config.find(key);
+  const pw::Json* list = found == config.end() ? nullptr : &*found;
+  const std::size_t expected = list ? pw::json_array(*list, key).size() : before.size();
   if (after.size() != expected || (!list && after != before))
     polyattn_fuzz::broken(std::string(key) + ": the rules hold " + std::to_string(after.size()) + " ids, the config " +
                           (list ? std::to_string(expected) : std::string("none")));
@@ -51,7 +52,7 @@ const pw::WhisperModel& synthetic_model() {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   return polyattn_fuzz::run_one(data, size, [](std::span<const std::uint8_t> bytes) {
     const pw::Json config = pw::parse_ct2_config(polyattn_fuzz::as_text(bytes), "config.json");
-    if (nesting(config) > 129) polyattn_fuzz::broken("nesting " + std::to_string(nesting(config)) + " passed the depth limit");
+    if (nesting(config) > pw::kMaxJsonDepth + 1) polyattn_fuzz::broken("nesting " + std::to_string(nesting(config)) + " passed the depth limit");
     const pw::WhisperModel& base = synthetic_model();
     pw::DecodingRules rules = base.rules();
     pw::apply_ct2_config(config, "config.json", rules);

@@ -8,7 +8,7 @@
 
 #include <whisper/backend.hpp>
 #include <whisper/model.hpp>
-#include <whisper/wav.hpp>
+#include <whisper/audio.hpp>
 
 #include <memory>
 #include <set>
@@ -69,7 +69,7 @@ TEST_SUITE("cuda") {
     const std::string wav = whisper_test::data_file("jfk.wav");
     if (!whisper_test::have_file(dir + "/model.bin") || !whisper_test::have_file(wav)) return;
     const WhisperModel model = WhisperModel::load_ct2(dir);
-    const std::vector<float> jfk = load_wav_16k_mono(wav);
+    const std::vector<float> jfk = load_audio_16k_mono(wav);
     // Two windows that end apart in one batch: the GPU decodes a batch whose lengths differ.
     const std::vector<std::vector<float>> files{jfk, std::vector<float>(jfk.begin(), jfk.begin() + 4 * 16000)};
     const std::span<const std::vector<float>> audio(files);

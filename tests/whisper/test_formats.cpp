@@ -2,12 +2,13 @@
 
 #include <whisper/ct2_model.hpp>
 #include <whisper/ggml_model.hpp>
-#include <whisper/half.hpp>
-#include <whisper/json.hpp>
 #include <whisper/mel.hpp>
+#include <whisper/model.hpp>
 #include <whisper/weights.hpp>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -21,23 +22,35 @@ using whisper_test::write_ct2;
 using whisper_test::write_ggml;
 
 TEST_SUITE("ct2") {
-  TEST_CASE("half and bfloat16 conversion is bit exact") {
-    CHECK(half_to_float(0x3C00) == 1.0f);
-    CHECK(half_to_float(0xC000) == -2.0f);
-    CHECK(half_to_float(0x7BFF) == 65504.0f);
-    CHECK(half_to_float(0x0001) == std::ldexp(1.0f, -24));
-    CHECK(half_to_float(0x03FF) == std::ldexp(1023.0f, -24));
-    CHECK(half_to_float(0x0400) == std::ldexp(1.0f, -14));
-    CHECK(std::signbit(half_to_float(0x8000)));
-    CHECK(half_to_float(0x7C00) == std::numeric_limits<float>::infinity());
-    CHECK(std::isnan(half_to_float(0x7E00)));
-    CHECK(bfloat16_to_float(0x3F80) == 1.0f);
-    // Every finite half round-trips through float exactly (float -> half by Eigen's rounding).
+  TEST_CASE("float16 and bfloat16 tensors convert bit exactly (Eigen::half, Eigen::bfloat16)") {
+    // Every 16-bit pattern as a float16 and as a bfloat16 tensor, through the loader.
+    std::vector<std::uint16_t> all(0x10000);
+    for (std::uint32_t h = 0; h < 0x10000; ++h) all[h] = static_cast<std::uint16_t>(h);
+    const Ct2ModelBin m = Ct2ModelBin::parse(write_ct2({{"h", {0x10000}, 4, raw(all)}, {"b", {0x10000}, 5, raw(all)}}, {}));
+    const std::vector<float>& half = m.get("h").values;
+    const std::vector<float>& bf16 = m.get("b").values;
+    REQUIRE(half.size() == 0x10000);
+    REQUIRE(bf16.size() == 0x10000);
+    CHECK(half[0x3C00] == 1.0f);
+    CHECK(half[0xC000] == -2.0f);
+    CHECK(half[0x7BFF] == 65504.0f);
+    CHECK(half[0x0001] == std::ldexp(1.0f, -24));
+    CHECK(half[0x03FF] == std::ldexp(1023.0f, -24));
+    CHECK(half[0x0400] == std::ldexp(1.0f, -14));
+    CHECK(std::signbit(half[0x8000]));
+    CHECK(half[0x7C00] == std::numeric_limits<float>::infinity());
+    CHECK(std::isnan(half[0x7E00]));
+    CHECK(bf16[0x3F80] == 1.0f);
+    // Every finite half round-trips through float exactly (float -> half by Eigen's rounding);
+    // a bfloat16 is the upper half of a float's bits.
     for (std::uint32_t h = 0; h < 0x10000; ++h) {
-      const float f = half_to_float(static_cast<std::uint16_t>(h));
-      if (!std::isfinite(f)) continue;
-      const std::uint16_t bits = whisper_test::half_bits(f);
-      if (bits != h) FAIL("half " << h << " -> " << f << " -> " << bits);
+      const float f = half[h];
+      if (std::isfinite(f)) {
+        const std::uint16_t bits = whisper_test::half_bits(f);
+        if (bits != h) FAIL("half " << h << " -> " << f << " -> " << bits);
+      }
+      const std::uint32_t b = std::bit_cast<std::uint32_t>(bf16[h]);
+      if (!std::isnan(bf16[h]) && b != h << 16) FAIL("bfloat16 " << h << " -> " << bf16[h]);
     }
   }
 
@@ -166,22 +179,62 @@ TEST_SUITE("ct2") {
     CHECK(d.model.scalar_int("encoder/num_heads") == 6);
     CHECK(d.model.tensor("encoder/conv1/weight", {384, 80, 3}).values.size() == 384 * 80 * 3);
     CHECK(d.vocabulary.size() == 51864);
-    CHECK(d.config.find("suppress_ids") != nullptr);
+    CHECK(d.config.contains("suppress_ids"));
   }
 }
 
 TEST_SUITE("json") {
+  // config.json and vocabulary.json go through nlohmann::json (parse_json and the typed accessors
+  // of ct2_model.hpp); every failure is a FormatError naming the file and field.
   TEST_CASE("parse values, escapes and errors") {
-    const Json j = Json::parse(R"({"a": [1, -2.5e1, true, null], "s": "x\u00e9\ud83d\ude00\n", "o": {}})");
-    CHECK(j.find("a")->as_array("a").size() == 4);
-    CHECK(j.find("a")->as_array("a")[1].as_number("") == -25.0);
-    CHECK(j.find("s")->as_string("s") == "x\xC3\xA9\xF0\x9F\x98\x80\n");
-    CHECK(j.find("missing") == nullptr);
-    CHECK(j.find("a")->as_array("a")[0].as_int("x") == 1);
-    CHECK_THROWS_AS(j.find("a")->as_array("a")[1].as_int("x", 0, 10), FormatError);
-    for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "\"\\ud800\"", "01x", "[1e999]", "tru", "\"a"})
-      CHECK_THROWS_AS(Json::parse(bad), FormatError);
-    CHECK_THROWS_AS(Json::parse(std::string(100000, '[')), FormatError);  // depth limit, no stack overflow
+    const Json j = parse_json(R"({"a": [1, -2.5e1, true, null, 1E+2], "s": "x\u00e9\ud83d\ude00\n", "o": {}})", "t.json");
+    const Json::array_t& a = json_array(j.at("a"), "a");
+    CHECK(a.size() == 5);
+    CHECK(a[1].get<double>() == -25.0);
+    CHECK(json_string(j.at("s"), "s") == "x\xC3\xA9\xF0\x9F\x98\x80\n");
+    CHECK(j.find("missing") == j.end());
+    CHECK(json_int(a[0], "x") == 1);
+    CHECK(json_int(a[4], "x") == 100);  // an integer-valued number
+    CHECK_THROWS_WITH_AS(json_int(a[1], "x", 0, 10), doctest::Contains("x: expected an integer in [0, 10]"), FormatError);
+    CHECK_THROWS_WITH_AS(json_int(a[2], "x"), doctest::Contains("x: expected an integer, got boolean"), FormatError);
+    CHECK_THROWS_AS(json_int(parse_json("4294967296", "t"), "big"), FormatError);  // beyond int32
+    CHECK_THROWS_AS(json_int(parse_json("18446744073709551615", "t"), "big", INT64_MIN, INT64_MAX), FormatError);
+    CHECK_THROWS_WITH_AS(json_array(j.at("o"), "t.json: o"), doctest::Contains("t.json: o: expected an array, got object"),
+                         FormatError);
+    CHECK_THROWS_WITH_AS(json_object(a[3], "n"), doctest::Contains("expected an object, got null"), FormatError);
+    CHECK_THROWS_WITH_AS(json_string(a[0], "s"), doctest::Contains("expected a string, got an integer"), FormatError);
+    for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "\"\\ud800\"", "01x", "[1e999]", "tru", "\"a", "\"\xff\""}) {
+      CAPTURE(bad);
+      CHECK_THROWS_WITH_AS(parse_json(bad, "bad.json"), doctest::Contains("bad.json: "), FormatError);
+    }
+    // Depth limit: nothing recursive can be driven off the stack by the file.
+    CHECK_THROWS_WITH_AS(parse_json(std::string(100000, '['), "deep.json"), doctest::Contains("nesting deeper than 128"), FormatError);
+    CHECK(parse_json(std::string(129, '[') + std::string(129, ']'), "t").is_array());
+    CHECK_THROWS_AS(parse_json(std::string(130, '[') + std::string(130, ']'), "t"), FormatError);
+  }
+
+  TEST_CASE("config.json and vocabulary.json: wrong types are FormatErrors naming the file and key") {
+    CHECK(parse_ct2_config("{}", "config.json").is_object());
+    CHECK_THROWS_WITH_AS(parse_ct2_config("[]", "config.json"), doctest::Contains("config.json: expected an object, got array"),
+                         FormatError);
+    CHECK_THROWS_WITH_AS(parse_ct2_config("{\"a\": ", "config.json"), doctest::Contains("config.json: [json.exception.parse_error"),
+                         FormatError);
+    DecodingRules rules;
+    rules.suppress = {7};
+    apply_ct2_config(parse_ct2_config(R"({"suppress_ids": [1, 2.0, 3]})", "config.json"), "config.json", rules);
+    CHECK(rules.suppress == std::vector<int>{1, 2, 3});
+    apply_ct2_config(parse_ct2_config(R"({"other": 1})", "config.json"), "config.json", rules);
+    CHECK(rules.suppress == std::vector<int>{1, 2, 3});  // absent: kept
+    CHECK_THROWS_WITH_AS(apply_ct2_config(parse_ct2_config(R"({"suppress_ids": "1"})", "c.json"), "c.json", rules),
+                         doctest::Contains("c.json: suppress_ids: expected an array, got string"), FormatError);
+    CHECK_THROWS_WITH_AS(apply_ct2_config(parse_ct2_config(R"({"suppress_ids_begin": [1, "2"]})", "c.json"), "c.json", rules),
+                         doctest::Contains("c.json: suppress_ids_begin: expected an integer, got string"), FormatError);
+    CHECK_THROWS_WITH_AS(apply_ct2_config(parse_ct2_config(R"({"suppress_ids": [1.5]})", "c.json"), "c.json", rules),
+                         doctest::Contains("c.json: suppress_ids: expected an integer in"), FormatError);
+    CHECK(parse_vocabulary_json(R"(["a", "\u0120b"])", "v.json") == std::vector<std::string>{"a", "\xC4\xA0" "b"});
+    CHECK_THROWS_WITH_AS(parse_vocabulary_json(R"({"a": 1})", "v.json"), doctest::Contains("v.json: expected an array"), FormatError);
+    CHECK_THROWS_WITH_AS(parse_vocabulary_json(R"(["a", 2])", "v.json"), doctest::Contains("v.json entry: expected a string"),
+                         FormatError);
   }
 }
 
@@ -220,7 +273,7 @@ TEST_SUITE("ggml") {
     GgmlTensor a{"encoder.conv1.weight", {3, 4, 2}, 0, {}};
     GgmlTensor b{"decoder.token_embedding.weight", {4, 5}, 1, {}};
     for (int i = 0; i < 24; ++i) a.data.push_back(rng.normal_ish());
-    for (int i = 0; i < 20; ++i) b.data.push_back(half_to_float(whisper_test::half_bits(rng.normal_ish())));
+    for (int i = 0; i < 20; ++i) b.data.push_back(static_cast<float>(Eigen::half(rng.normal_ish())));
     const auto bytes = write_ggml({a, b});
     const GgmlModel m = parse_ggml(bytes);
     CHECK(m.hparams.n_vocab == 50300);

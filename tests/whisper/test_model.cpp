@@ -2,7 +2,7 @@
 
 #include <whisper/model.hpp>
 #include <whisper/policies.hpp>
-#include <whisper/wav.hpp>
+#include <whisper/audio.hpp>
 
 #include <filesystem>
 #include <map>
@@ -55,7 +55,7 @@ TEST_SUITE("model") {
     const RowMatrixXf stored = detail::to_matrix(bin.tensor("encoder/position_encodings/encodings", {1500, 384}).values, 1500, 384);
     CHECK((stored - model.weights().encoder_positions).cwiseAbs().maxCoeff() < 1e-3f);
 
-    const std::vector<std::vector<float>> jfk{load_wav_16k_mono(wav)};
+    const std::vector<std::vector<float>> jfk{load_audio_16k_mono(wav)};
     const Transcription result = model.transcribe(std::span<const std::vector<float>>(jfk), {.batch = 1, .threads = 1});
     const Transcript& t = result.files.front();
     MESSAGE("jfk.wav: \"" << t.text << "\" (" << result.report.policies << ": mel " << result.report.mel_ms << " ms, encode "

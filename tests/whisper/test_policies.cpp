@@ -2,7 +2,7 @@
 
 #include <whisper/model.hpp>
 #include <whisper/policies.hpp>
-#include <whisper/wav.hpp>
+#include <whisper/audio.hpp>
 #include <whisper/wer.hpp>
 
 #include <algorithm>
@@ -63,7 +63,7 @@ TEST_SUITE("policies") {
     const std::string wav = whisper_test::data_file("jfk.wav");
     if (!whisper_test::have_file(dir + "/model.bin") || !whisper_test::have_file(wav)) return;
     const WhisperModel model = WhisperModel::load_ct2(dir);
-    const std::vector<float> jfk = load_wav_16k_mono(wav);
+    const std::vector<float> jfk = load_audio_16k_mono(wav);
     // jfk (11 s), its first 4 s (ends sooner), and 41 s: jfk, silence to 30 s, jfk (two windows).
     // Under the sanitizers the first two, batched together (sanitizer_subset.hpp; windows that
     // join as others finish, and files of two windows, are decoded there by the synthetic-model
@@ -155,7 +155,7 @@ TEST_SUITE("espeak") {
     for (std::size_t i = 0; i < sentences.size(); ++i) {
       const std::string path = whisper_test::temp_path("espeak_" + std::to_string(i) + ".wav");
       REQUIRE(std::system(("espeak-ng -w '" + path + "' '" + sentences[i] + "'").c_str()) == 0);
-      audio.push_back(load_wav_16k_mono(path));
+      audio.push_back(load_audio_16k_mono(path));
       std::filesystem::remove(path);
     }
     const WhisperModel model = WhisperModel::load_ct2(dir);
