@@ -115,8 +115,8 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int first
   const int read_begin = separate_values ? spec.key_offset : std::min(spec.key_offset, spec.value_offset);
   const int read_end = separate_values ? spec.key_offset + key_span : std::max(spec.key_offset + key_span, spec.value_offset + dv);
   // With adjacent heads, the next tile is asked for from the first head's row to the last's.
-  const int head_width = store.tensors()[std::size_t(spec.key_tensor)].dim;
-  const int ask_end = heads_adjacent<Store>() ? (heads - 1) * head_width + read_end : read_end;
+  int ask_end = read_end;
+  if constexpr (heads_adjacent<Store>()) ask_end += (heads - 1) * store.tensors()[std::size_t(spec.key_tensor)].dim;
   int t = begin;
   while (t < end) {
     // Rows of this tile: up to the end of the run (a page), which is the same for every head.
