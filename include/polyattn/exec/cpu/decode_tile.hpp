@@ -78,7 +78,6 @@ inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows)
   return B::load_aligned(sums);
 }
 
-/// Where a tile's key rows are and how the group reads them.
 /// Asks for `bytes` bytes from `row`, a line at a time, into L2 only (prefetcht2): a tile of
 /// XCache rows is 96 KiB, more than L1, and prefetches into L1 (prefetcht0) ran 1.1-1.2x slower,
 /// L2 ones 1.15-1.25x faster on SlimK2 and XCache (AMD EPYC Zen 4, DRAM-resident caches).
@@ -86,21 +85,7 @@ inline void prefetch_bytes(const char* row, int bytes) {
   for (int b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 1);
 }
 
-/// Rows of the next tile, asked for while this tile's are scored (row j asks for the next tile's
-/// row j): they then arrive while this tile's values are accumulated. That overlaps memory and
-/// arithmetic when the values live in the key rows (SlimK2, XCache), and it finds the next page
-/// of Paged<P>, which the hardware prefetchers cannot guess. (Asking for the next tile's value
-/// rows of MHA/GQA as well was no faster, within this machine's noise.)
-struct RowPrefetch {
-  const char* first = nullptr;  // the next tile's first row (its first byte read)
-  std::ptrdiff_t stride = 0;    // bytes between rows
-  int bytes = 0;                // bytes read per row
-  int count = 0;                // rows to ask for (0: nothing)
-  void ask(int j) const {
-    if (j < count) prefetch_bytes(first + std::ptrdiff_t(j) * stride, bytes);
-  }
-};
-
+/// Where a tile's key rows are and how the group reads them.
 template <class T>
 struct KeyTile {
   const T* rows;               // row j at rows + j * stride
@@ -108,7 +93,16 @@ struct KeyTile {
   std::ptrdiff_t group_stride; // head g reads its key at + g * group_stride (0: the group shares one key)
   int dim;                     // key_dim
   int count;                   // n <= kTile rows
-  RowPrefetch next{};          // the next tile's key rows (values too when they live in them)
+  // The next tile's rows, asked for while this tile's are scored (row j asks for the next tile's
+  // row j, at next + j * stride): they then arrive while this tile's values are accumulated. That
+  // overlaps memory and arithmetic when the values live in the key rows (SlimK2, XCache), and it
+  // finds the next page of Paged<P>, which the hardware prefetchers cannot guess. (Asking for the
+  // next tile's value rows of MHA/GQA as well was no faster, within this machine's noise. Kept as
+  // plain fields: a build that held them in a member struct with an ask() method had no prefetch
+  // instruction left at all (objdump; cause not found) and ran 1.3x slower on SlimK2 and XCache.)
+  const char* next = nullptr;  // the next tile's first row (its first byte read)
+  int next_bytes = 0;          // bytes read per row
+  int next_count = 0;          // rows of the next tile to ask for (0: nothing)
 };
 
 /// Scores of NG query heads (pre-scaled queries q[NG][dim], row stride q_stride) against the
@@ -130,7 +124,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
     const int m = std::min(W, keys.count - j0);
     for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
       const T* k = keys.rows + std::ptrdiff_t(std::min(j0 + jj, keys.count - 1)) * keys.stride;
-      keys.next.ask(j0 + jj);
+      if (j0 + jj < keys.next_count) prefetch_bytes(keys.next + std::ptrdiff_t(j0 + jj) * keys.stride * std::ptrdiff_t(sizeof(T)), keys.next_bytes);
       B acc[NG];
       for (int g = 0; g < NG; ++g) acc[g] = B(0.0f);
       if constexpr (SharedKey) {
@@ -167,7 +161,7 @@ void score_tile(const float* q, int group, const KeyTile<T>& keys, float* scores
   for (int g0 = 0; g0 < group; g0 += kHeads) {
     KeyTile<T> block = keys;
     block.rows += g0 * keys.group_stride;
-    if (g0 > 0) block.next.count = 0;  // the first head block asked for the next tile
+    if (g0 > 0) block.next_count = 0;  // the first head block asked for the next tile
     with_count<kHeads>(std::min(kHeads, group - g0), [&](auto ng) {
       if (keys.group_stride == 0)
         score_rows<Arch, decltype(ng)::value, true>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);

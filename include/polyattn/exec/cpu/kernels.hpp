@@ -78,16 +78,6 @@ constexpr bool heads_adjacent() {
     return false;
 }
 
-/// The rows of tensor `tensor` that the tile after [t, t + n) reads (its first `count` rows,
-/// `width` elements from `offset`), from the run of this tile or, at its end, the next run.
-template <class Store, class Run>
-RowPrefetch next_rows(const Store& store, const Run& run, int tensor, int seq, int t, int n, int head, int offset, int width, int count) {
-  const auto next = n < run.count ? Run{run.data + std::ptrdiff_t(n) * run.stride, run.stride, run.count - n}
-                                  : store.run(tensor, seq, t + n, head);  // (a pointer past the run is never formed)
-  constexpr int size = int(sizeof(*run.data));
-  return {reinterpret_cast<const char*>(next.data + offset), next.stride * size, width * size, std::min(count, next.count)};
-}
-
 /// Scratch of one chunk: per cache head and query head of its group, a softmax state and a
 /// value_dim accumulator.
 struct ChunkResult {
@@ -126,9 +116,13 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int first
       const auto keys = store.run(spec.key_tensor, seq, t, first_head + h);
       const auto values = store.run(spec.value_tensor, seq, t, first_head + h);
       KeyTile tile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n};
-      if (h == 0 && t + n < end)  // the next tile: the rest of this run, or the start of the next one (a page)
-        tile.next = next_rows(store, keys, spec.key_tensor, seq, t, n, first_head, read_begin, ask_end - read_begin,
-                              std::min(n, end - t - n));
+      if (h == 0 && t + n < end) {  // the next tile: the rest of this run, or the start of the next one (a page)
+        const auto next = n < keys.count ? decltype(keys){keys.data + std::ptrdiff_t(n) * keys.stride, keys.stride, keys.count - n}
+                                         : store.run(spec.key_tensor, seq, t + n, first_head);  // (no pointer past a run)
+        tile.next = reinterpret_cast<const char*>(next.data + read_begin);
+        tile.next_bytes = (ask_end - read_begin) * int(sizeof(*keys.data));
+        tile.next_count = std::min({n, next.count, end - t - n});
+      }
       SoftmaxState<float>* states = result.states + std::ptrdiff_t(h) * G;
       float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
       score_tile<Arch>(q + std::ptrdiff_t(h) * G * spec.key_dim, G, tile, scores);
