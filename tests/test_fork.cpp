@@ -77,13 +77,19 @@ void fork_equals_replay() {
   replayed.prefill(x, q0, prefix.view(), Mask::causal, out0);
   replayed.prefill(y, q0, prefix.view(), Mask::causal, out0);
 
+  // `steps` decode steps of the same new tokens into forked_seqs and replayed_seqs, batched
+  // together, whose outputs must be equal bit for bit.
+  const auto same_steps = [&](std::vector<int> forked_seqs, std::vector<int> replayed_seqs, int steps, const char* what) {
+    const int b = int(forked_seqs.size());
+    for (int step = 0; step < steps; ++step) {
+      const RowMatrixXf q = random_matrix(b, qw, rng);
+      const RandomRows<V> rows(s, b, rng);
+      INFO(what, ", step ", step);
+      CHECK((decode(forked, forked_seqs, q, rows.view()) == decode(replayed, replayed_seqs, q, rows.view())));
+    }
+  };
   // Both go on with different tokens, batched together.
-  for (int step = 0; step < 6; ++step) {
-    const RowMatrixXf q = random_matrix(2, qw, rng);
-    const RandomRows<V> rows(s, 2, rng);
-    INFO("step ", step);
-    CHECK((decode(forked, {parent, child}, q, rows.view()) == decode(replayed, {x, y}, q, rows.view())));
-  }
+  same_steps({parent, child}, {x, y}, 6, "after the fork");
   // The parent's close frees only what the child does not hold; the child reads on, and a new
   // sequence opened in the parent's slot overwrites nothing of it.
   forked.close_sequence(parent);
@@ -94,19 +100,12 @@ void fork_equals_replay() {
   RowMatrixXf out_other(7, ow);
   forked.prefill(other, q_other, other_rows.view(), Mask::causal, out_other);
   replayed.prefill(other_replayed, q_other, other_rows.view(), Mask::causal, out_other);
-  for (int step = 0; step < 5; ++step) {
-    const RowMatrixXf q = random_matrix(2, qw, rng);
-    const RandomRows<V> rows(s, 2, rng);
-    INFO("after close, step ", step);
-    CHECK((decode(forked, {child, other}, q, rows.view()) == decode(replayed, {y, other_replayed}, q, rows.view())));
-  }
+  same_steps({child, other}, {y, other_replayed}, 5, "after the parent's close");
   // A fork of a fork, then the middle one closed: the grandchild goes on as y does.
   const int grandchild = forked.fork(child);
   CHECK(forked.length(grandchild) == replayed.length(y));
   forked.close_sequence(child);
-  const RowMatrixXf q = random_matrix(1, qw, rng);
-  const RandomRows<V> rows(s, 1, rng);
-  CHECK((decode(forked, {grandchild}, q, rows.view()) == decode(replayed, {y}, q, rows.view())));
+  same_steps({grandchild}, {y}, 1, "a fork of a fork");
 }
 
 using polyattn::testing::check_throws_with;
