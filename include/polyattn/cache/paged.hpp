@@ -60,8 +60,7 @@ class CacheStore<Paged<PageSize>, T> {
     for (int p : pages) {
       if (--references_[std::size_t(p)] > 0) continue;  // still held by a fork
       if (poison_)
-        for (std::size_t t = 0; t < specs_.size(); ++t)
-          std::fill_n(pool_[t].begin() + std::ptrdiff_t(page_offset(t, p)), PageSize * specs_[t].elements(), fill_value());
+        for (std::size_t t = 0; t < specs_.size(); ++t) std::ranges::fill(page_elements(t, p), fill_value());
       free_pages_.push_back(p);
     }
     pages.clear();
@@ -129,9 +128,7 @@ class CacheStore<Paged<PageSize>, T> {
     if (copy_last) {
       const int from = pages.back();
       pages.back() = take_page();
-      for (std::size_t t = 0; t < specs_.size(); ++t)
-        std::copy_n(pool_[t].begin() + std::ptrdiff_t(page_offset(t, from)), PageSize * specs_[t].elements(),
-                    pool_[t].begin() + std::ptrdiff_t(page_offset(t, pages.back())));
+      for (std::size_t t = 0; t < specs_.size(); ++t) std::ranges::copy(page_elements(t, from), page_elements(t, pages.back()).begin());
     }
     return child;
   }
@@ -210,7 +207,10 @@ class CacheStore<Paged<PageSize>, T> {
     return p;
   }
 
-  std::size_t page_offset(std::size_t tensor, int page) const { return std::size_t(strides_[tensor].offset(page, 0, 0)); }
+  /// Every element of page `page` of tensor `tensor`: one block, whatever the order inside it.
+  std::span<T> page_elements(std::size_t tensor, int page) {
+    return std::span(pool_[tensor]).subspan(std::size_t(strides_[tensor].offset(page, 0, 0)), PageSize * specs_[tensor].elements());
+  }
 
   std::size_t offset(int tensor, int seq, int token, int head) const {
     const int page = page_table_[std::size_t(seq)][std::size_t(token / PageSize)];
