@@ -30,15 +30,12 @@
 #include "polyattn/core/attend_with_hooks.hpp"
 #include "polyattn/core/cache_element.hpp"
 #include "polyattn/core/error.hpp"
+#include "polyattn/core/mask.hpp"
 #include "polyattn/core/matrix.hpp"
 #include "polyattn/core/shape.hpp"
 #include "polyattn/variants/variant.hpp"
 
 namespace polyattn {
-
-/// Which keys a prefill query sees: `causal` = its own position and earlier (decoder
-/// self-attention), `full` = the whole sequence including later tokens of the chunk (encoder).
-enum class Mask { causal, full };
 
 template <class Variant, class Layout, class Executor, class T = float>
 class Attention {

@@ -1,0 +1,64 @@
+// Attention over keys and values the caller holds, nothing cached: an encoder's self-attention,
+// or any one-off attention of a chunk. It runs the executors' attend primitive (core/attend.hpp)
+// over the caller's matrices (cache/matrix_rows.hpp), so CpuSimd takes the rows of q as query
+// blocks (exec/cpu/attend_block.hpp) and Reference is the golden model of it.
+//
+//   attention(executor, q, k, v, heads, mask, out)
+//     q    (n, query_heads * head_dim)      heads adjacent in a row, as Attention takes them
+//     k, v (n_keys, kv_heads * head_dim)    query head h reads kv head h / (query_heads / kv_heads)
+//     out  (n, query_heads * head_dim)
+//   Mask::full: every row sees all n_keys keys. Mask::causal: the rows are the last n of the
+//   n_keys positions, and row i sees keys [0, n_keys - n + i] (a chunk after n_keys - n earlier
+//   tokens).
+// Executors that read a cache of their own on a device (exec::Cuda) do not take it.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "polyattn/cache/matrix_rows.hpp"
+#include "polyattn/core/attend.hpp"
+#include "polyattn/core/error.hpp"
+#include "polyattn/core/mask.hpp"
+#include "polyattn/core/matrix.hpp"
+
+namespace polyattn {
+
+struct AttentionHeads {
+  int query_heads = 0;
+  int kv_heads = 0;   ///< divides query_heads (MHA: equal; GQA/MQA: fewer)
+  int head_dim = 0;
+  float scale = 0.0f;  ///< softmax scale on q.k; 0 = 1 / sqrt(head_dim)
+};
+
+template <class Executor>
+void attention(Executor& executor, ConstMatrixRef q, ConstMatrixRef k, ConstMatrixRef v, const AttentionHeads& heads, Mask mask,
+               MatrixRef out) {
+  const int hq = heads.query_heads, hkv = heads.kv_heads, dh = heads.head_dim;
+  require<ShapeError>(hq > 0 && hkv > 0 && dh > 0 && hq % hkv == 0, "attention: ", hq, " query heads, ", hkv,
+                      " kv heads of ", dh, ": need positive counts and kv heads dividing query heads");
+  require<ShapeError>(q.cols() == std::ptrdiff_t(hq) * dh, "attention: q has ", q.cols(), " columns, expected ", hq * dh);
+  require<ShapeError>(k.cols() == std::ptrdiff_t(hkv) * dh && v.cols() == k.cols(), "attention: k and v have ", k.cols(), " and ",
+                      v.cols(), " columns, expected ", hkv * dh);
+  require<ShapeError>(k.rows() == v.rows(), "attention: k has ", k.rows(), " rows but v has ", v.rows());
+  require<ShapeError>(out.rows() == q.rows() && out.cols() == q.cols(), "attention: out is ", out.rows(), "x", out.cols(),
+                      ", expected ", q.rows(), "x", q.cols());
+  const int n = int(q.rows()), n_keys = int(k.rows());
+  if (n == 0) return;
+
+  AttendSpec spec;
+  spec.cache_heads = hkv;
+  spec.group = hq / hkv;
+  spec.key_dim = spec.value_dim = dh;
+  spec.key_tensor = 0;
+  spec.value_tensor = 1;
+  spec.scale = heads.scale != 0.0f ? heads.scale : 1.0f / std::sqrt(float(dh));
+  std::vector<QueryJob> jobs(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i)
+    jobs[std::size_t(i)] = {0, mask == Mask::full ? n_keys : std::clamp(n_keys - n + i + 1, 0, n_keys),
+                            q.data() + std::ptrdiff_t(i) * q.outerStride(), out.data() + std::ptrdiff_t(i) * out.outerStride()};
+  executor.attend(MatrixRows(k, v, hkv, dh), spec, std::span<const QueryJob>(jobs));
+}
+
+}  // namespace polyattn
