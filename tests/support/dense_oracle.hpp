@@ -60,15 +60,16 @@ inline double max_abs_diff(const RowMatrixXf& a, const RowMatrixXf& b) {
 }
 
 /// Error bound for fp32 attention against a double oracle, entries of q, k, v in [-1, 1].
-/// Scores: a dk-term fp32 dot product summed in SIMD lanes (at most dk/8 terms per lane, then a
-/// log-depth lane reduction and a scalar tail of < 16 terms) errs by at most
-/// (dk/8 + 16) * eps * sum|q_i k_i| * scale <= (dk/8 + 16) * eps * sqrt(dk). A score error ds moves
+/// Scores: a dk-term fp32 dot product errs by at most (dk + 16) * eps * sum|q_i k_i| * scale <=
+/// (dk + 16) * eps * sqrt(dk): CpuSimd's prefill blocks (exec/cpu/block_tile.hpp) add the dk terms
+/// of a score one after another in one lane, which bounds the decode kernels too (at most dk/8
+/// terms per lane, a log-depth lane reduction and a scalar tail of < 16 terms). A score error ds moves
 /// each softmax weight by a relative 2 ds at most, hence the output (a convex combination of
 /// values in [-1, 1]) by 2 ds. The value accumulation adds `tokens` fp32 terms in sequence:
 /// relative error <= tokens * eps, for the numerator and the normaliser, plus a few roundings.
 inline double fp32_attention_tolerance(int dk, int tokens) {
   const double eps = 0x1p-24;  // unit roundoff of fp32
-  const double ds = (dk / 8.0 + 16) * eps * std::sqrt(double(dk));
+  const double ds = (dk + 16.0) * eps * std::sqrt(double(dk));
   return 2 * ds + 2 * eps * (tokens + 8);
 }
 

@@ -1,6 +1,11 @@
-// CPU executor: xsimd kernels, parallel over (query row, cache head) and, when that leaves
-// threads idle, over chunks of each sequence (flash-decoding). Chunk results are recombined
-// exactly with the online-softmax merge, so one long sequence still uses every core.
+// CPU executor: xsimd kernels.
+//   decode   one query row per sequence: parallel over (query row, cache head) and, when that
+//            leaves threads idle, over chunks of each sequence (flash-decoding). Chunk results
+//            are recombined exactly with the online-softmax merge, so one long sequence still
+//            uses every core.
+//   prefill  several consecutive query rows of one sequence (a prefill, an uncached attention):
+//            blocks of rows, parallel over (block, cache head), each block reading a tile's keys
+//            once for all its rows (attend_block.hpp).
 #pragma once
 
 #include <algorithm>
@@ -17,6 +22,7 @@
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/core/thread_pool.hpp"
+#include "polyattn/exec/cpu/attend_block.hpp"
 #include "polyattn/exec/cpu/kernels.hpp"
 
 namespace polyattn::exec {
@@ -27,6 +33,10 @@ class CpuSimd {
 
   /// Smallest chunk a sequence is split into: below this the merge costs more than it saves.
   static constexpr int kMinChunk = 256;
+
+  /// Consecutive query rows of one sequence from which they are attended as blocks (prefill)
+  /// rather than one by one (decode).
+  static constexpr int kMinBlockRows = 4;
 
   /// `threads` counts the calling thread; 0 = all hardware threads.
   explicit CpuSimd(int threads = 0) : pool_(std::make_unique<ThreadPool>(threads)) {}
@@ -39,7 +49,46 @@ class CpuSimd {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>,
                   "polyattn: the CpuSimd executor reads float, Eigen::half and Eigen::bfloat16 caches (double caches are "
                   "exec::Reference only)");
-    using Arch = xsimd::default_arch;
+    // Runs of at least kMinBlockRows jobs of one sequence go to the block kernel, the others to
+    // the decode kernel.
+    blocks_.clear();
+    single_.clear();
+    for (std::size_t i = 0; i < jobs.size();) {
+      std::size_t j = i + 1;
+      while (j < jobs.size() && jobs[j].seq == jobs[i].seq) ++j;
+      if (j - i >= std::size_t(kMinBlockRows)) {
+        const int rows = cpu::block_rows<Arch>(spec);
+        for (std::size_t b = i; b < j; b += std::size_t(rows)) blocks_.push_back(jobs.subspan(b, std::min(j - b, std::size_t(rows))));
+      } else {
+        single_.insert(single_.end(), jobs.begin() + std::ptrdiff_t(i), jobs.begin() + std::ptrdiff_t(j));
+      }
+      i = j;
+    }
+    if (!blocks_.empty()) attend_blocks(store, spec);
+    if (single_.size() == jobs.size())
+      attend_rows(store, spec, jobs);
+    else if (!single_.empty())
+      attend_rows(store, spec, std::span<const QueryJob>(single_));
+  }
+
+ private:
+  using Arch = xsimd::default_arch;
+
+  /// Every (block, cache head) is a task; the last blocks first, since under a causal mask they
+  /// see the most tokens (the pool hands tasks out in order, so long ones do not come last).
+  template <class Store>
+  void attend_blocks(const Store& store, const AttendSpec& spec) {
+    const int H = spec.cache_heads, n = int(blocks_.size());
+    pool_->parallel_for(n * H, [&](int task) {
+      thread_local cpu::BlockScratch scratch;
+      const int block = n - 1 - task / H, head = task % H;
+      cpu::attend_block<Arch>(store, spec, head, blocks_[std::size_t(block)], scratch);
+    });
+  }
+
+  /// The decode kernel: one query row per job.
+  template <class Store>
+  void attend_rows(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) {
     const int H = spec.cache_heads, G = spec.group, dv = spec.value_dim;
     const int n_jobs = int(jobs.size());
     if (n_jobs == 0) return;
@@ -105,8 +154,9 @@ class CpuSimd {
     });
   }
 
- private:
   std::unique_ptr<ThreadPool> pool_;
+  std::vector<std::span<const QueryJob>> blocks_;  // attend's plan: query blocks, and rows for the decode kernel
+  std::vector<QueryJob> single_;
   std::vector<SoftmaxState<float>> states_;
   std::vector<float> acc_;
 };

@@ -171,11 +171,21 @@ void score_tile(const float* q, int group, const KeyTile<T>& keys, float* scores
   }
 }
 
-/// acc[g][c .. c + NC*W) += sum_j p[g][j] row_j[c ..] for NG heads: NG x NC accumulators stay in
-/// registers over the n rows, each row's NC vectors are loaded once for the NG heads.
+/// Where weight (vector g, token j) of a tile is: decode's scores are [head][kTile], w[g * kTile
+/// + j]; a prefill block's (attend_block.hpp) are [token][lanes], w[j * lanes + g]. Decode's stride
+/// stays a compile-time constant: with a run-time one, one A/B had decode 3-5% slower (about this VM's noise).
+template <bool ByToken>
+struct WeightIndex {
+  std::ptrdiff_t lanes = 0;  // ByToken only
+  std::ptrdiff_t operator()(int g, int j) const { return ByToken ? j * lanes + g : std::ptrdiff_t(g) * kTile + j; }
+};
+
+/// acc[g][c .. c + NC*W) += sum_j w(g, j) row_j[c ..] for NG query vectors: NG x NC accumulators
+/// stay in registers over the n rows, each row's NC vectors are loaded once for the NG vectors.
 /// Registers: NG*NC accumulators + NC values + 1 weight.
-template <class Arch, int NG, int NC, class T>
-void accumulate_columns(const float* p, const T* rows, std::ptrdiff_t stride, int n, float* acc, int acc_stride, int c) {
+template <class Arch, int NG, int NC, class T, bool ByToken>
+void accumulate_columns(const float* w, WeightIndex<ByToken> at, const T* rows, std::ptrdiff_t stride, int n, float* acc,
+                        int acc_stride, int c) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
   B a[NG][NC];
@@ -186,36 +196,45 @@ void accumulate_columns(const float* p, const T* rows, std::ptrdiff_t stride, in
     B v[NC];
     for (int i = 0; i < NC; ++i) v[i] = load_floats<Arch>(r + i * W);
     for (int g = 0; g < NG; ++g) {
-      const B w(p[g * kTile + j]);
-      for (int i = 0; i < NC; ++i) a[g][i] = xsimd::fma(w, v[i], a[g][i]);
+      const B x(w[at(g, j)]);
+      for (int i = 0; i < NC; ++i) a[g][i] = xsimd::fma(x, v[i], a[g][i]);
     }
   }
   for (int g = 0; g < NG; ++g)
     for (int i = 0; i < NC; ++i) a[g][i].store_unaligned(acc + g * acc_stride + c + i * W);
 }
 
-/// acc[g][:] += sum_j p[g][j] row_j[:] for all `group` heads, row_j = rows + j * stride, `dim`
-/// columns. Column blocks outside, head blocks inside: a column block of the tile's rows stays in
-/// L1 while every head block reads it.
-template <class Arch, class T>
-void accumulate_tile(const float* p, int group, const T* rows, std::ptrdiff_t stride, int n, float* acc, int dim) {
+/// acc[g][:] += sum_j w(g, j) row_j[:] for `m` query vectors (weight (g, j) at w[at(g, j)]),
+/// row_j = rows + j * stride, `dim` columns, acc row stride `dim`. Column blocks outside, vector
+/// blocks inside: a column block of the tile's rows stays in L1 while every vector block reads it.
+template <class Arch, class T, bool ByToken>
+void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T* rows, std::ptrdiff_t stride, int n, float* acc,
+                        int dim) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
-  constexpr int kHeads = kVectorRegisters<Arch> == 32 ? 6 : 2;  // 6 x 4 + 4 + 1 = 29 of 32 registers
+  constexpr int kVectors = kVectorRegisters<Arch> == 32 ? 6 : 2;  // 6 x 4 + 4 + 1 = 29 of 32 registers
   const auto columns = [&](auto nc, int c) {
-    for (int g0 = 0; g0 < group; g0 += kHeads)
-      with_count<kHeads>(std::min(kHeads, group - g0), [&](auto ng) {
-        accumulate_columns<Arch, decltype(ng)::value, decltype(nc)::value>(p + g0 * kTile, rows, stride, n, acc + std::ptrdiff_t(g0) * dim, dim, c);
+    for (int g0 = 0; g0 < m; g0 += kVectors)
+      with_count<kVectors>(std::min(kVectors, m - g0), [&](auto ng) {
+        accumulate_columns<Arch, decltype(ng)::value, decltype(nc)::value>(w + at(g0, 0), at, rows, stride, n,
+                                                                            acc + std::ptrdiff_t(g0) * dim, dim, c);
       });
   };
   int c = 0;
   for (; c + 4 * W <= dim; c += 4 * W) columns(std::integral_constant<int, 4>{}, c);
   for (; c + W <= dim; c += W) columns(std::integral_constant<int, 1>{}, c);
   for (; c < dim; ++c)  // columns past the last full vector
-    for (int g = 0; g < group; ++g) {
+    for (int g = 0; g < m; ++g) {
       float a = acc[std::ptrdiff_t(g) * dim + c];
-      for (int j = 0; j < n; ++j) a += p[g * kTile + j] * to_float(rows[std::ptrdiff_t(j) * stride + c]);
+      for (int j = 0; j < n; ++j) a += w[at(g, j)] * to_float(rows[std::ptrdiff_t(j) * stride + c]);
       acc[std::ptrdiff_t(g) * dim + c] = a;
     }
+}
+
+/// Decode's value half: acc[g][:] += sum_j p[g][j] row_j[:] for the `group` heads, p[g][j] at
+/// p[g * kTile + j].
+template <class Arch, class T>
+void accumulate_tile(const float* p, int group, const T* rows, std::ptrdiff_t stride, int n, float* acc, int dim) {
+  accumulate_weights<Arch>(p, WeightIndex<false>{}, group, rows, stride, n, acc, dim);
 }
 
 }  // namespace polyattn::exec::cpu

@@ -1,0 +1,184 @@
+// The CPU prefill kernel: a block of query rows of one sequence, for one cache head, against
+// that head's cached rows tile by tile (flash attention). The block's queries are transposed once;
+// each tile's keys are then read in place, once for the whole block, and scored into a key-major
+// tile (kTile keys x the block's query vectors, in L1: block_tile.hpp); one online-softmax step
+// per tile runs across the query vectors in SIMD lanes (max, rescale, exp and sum, vertical: no
+// horizontal reduction), then the weights times the tile's values. Keys are read once per block
+// instead of once per query row, and both products are register-blocked micro-kernels.
+// Row r of the block sees tokens [0, rows[r].visible): causal, full or any other prefix mask,
+// as the attend primitive (core/attend.hpp) says, with the same scores at the limits.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#include "polyattn/core/attend.hpp"
+#include "polyattn/core/online_softmax.hpp"
+#include "polyattn/exec/cpu/block_tile.hpp"
+#include "polyattn/exec/cpu/decode_tile.hpp"
+#include "polyattn/exec/cpu/kernels.hpp"
+#include "polyattn/exec/cpu/load_floats.hpp"
+
+namespace polyattn::exec::cpu {
+
+/// Query vectors per block (rows x group): enough to amortise reading a tile's keys, few enough
+/// that the block's scores (kTile x 64 floats = 16 KiB) stay in L1.
+inline constexpr int kBlockVectors = 64;
+
+/// Query rows per block. When the heads of a group read different slices of a row (SlimK), each
+/// head's rows fill whole vectors of lanes.
+template <class Arch>
+int block_rows(const AttendSpec& spec) {
+  constexpr int W = int(xsimd::batch<float, Arch>::size);
+  if (spec.key_group_stride == 0) return std::max(1, kBlockVectors / spec.group);
+  return std::max(W, kBlockVectors / spec.group / W * W);
+}
+
+/// Per-thread scratch of attend_block, kept across blocks to spare allocations. A block's query
+/// vectors are its lanes: lane g * R + r is head g of row r when the group shares a key; when
+/// each head reads its own slice, head g's rows start at lane g * round_up(R, W).
+struct BlockScratch {
+  std::vector<float> qt;       // [key_dim][lanes]: pre-scaled queries, transposed
+  std::vector<float> visible;  // [lanes]: tokens each lane's row sees (0: a padding lane)
+  std::vector<float> st;       // [kTile][lanes]: scores, then weights
+  std::vector<float> acc;      // [lanes][value_dim]
+  std::vector<float> max, sum, factor;  // [lanes]: the online-softmax state, and a tile's rescale
+};
+
+/// Whether all n x dim elements of the rows are finite.
+template <class Arch, class T>
+bool all_finite(const T* rows, std::ptrdiff_t stride, int n, int dim) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  B zero(0.0f), z(0.0f);  // x * 0 is 0 for finite x, NaN for inf and NaN
+  float tail = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const T* row = rows + std::ptrdiff_t(j) * stride;
+    int c = 0;
+    for (; c + W <= dim; c += W) z += load_floats<Arch>(row + c) * zero;
+    for (; c < dim; ++c) tail += to_float(row[c]) * 0.0f;
+  }
+  return xsimd::all(z == zero) && tail == 0.0f;
+}
+
+/// Attends the query rows of `rows` (jobs of one sequence, any visible counts, at most
+/// block_rows) for the `group` query heads of cache head `head`, and writes their normalised
+/// outputs.
+template <class Arch, class Store>
+void attend_block(const Store& store, const AttendSpec& spec, int head, std::span<const QueryJob> rows, BlockScratch& s) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  const int G = spec.group, dk = spec.key_dim, dv = spec.value_dim;
+  const int R = int(rows.size()), seq = rows[0].seq;
+  const int variants = spec.key_group_stride ? G : 1;  // distinct key slices per row (SlimK: one per head)
+  const int per_variant = variants == 1 ? R * G : R;   // lanes each key slice is scored for
+  const int span = (per_variant + W - 1) / W * W;
+  const int lanes = variants * span;
+  const auto lane = [&](int g, int r) { return variants == 1 ? g * R + r : g * span + r; };
+
+  s.qt.assign(std::size_t(dk) * lanes, 0.0f);
+  s.visible.assign(std::size_t(lanes), 0.0f);
+  int end = 0, all_see = rows[0].visible;  // tokens some row sees; tokens every row sees
+  for (int r = 0; r < R; ++r) {
+    const QueryJob& job = rows[std::size_t(r)];
+    end = std::max(end, job.visible);
+    all_see = std::min(all_see, job.visible);
+    for (int g = 0; g < G; ++g) {
+      const int i = lane(g, r);
+      const float* q = job.query + std::ptrdiff_t(head * G + g) * dk;
+      for (int d = 0; d < dk; ++d) s.qt[std::size_t(d) * lanes + i] = q[d] * spec.scale;  // fold the scale into q once
+      s.visible[std::size_t(i)] = float(job.visible);
+    }
+  }
+  s.st.resize(std::size_t(kTile) * lanes);
+  s.acc.assign(std::size_t(lanes) * dv, 0.0f);
+  s.max.assign(std::size_t(lanes), kNegativeInfinity<float>);
+  s.sum.assign(std::size_t(lanes), 0.0f);
+  s.factor.resize(std::size_t(lanes));
+
+  const B minus_inf(kNegativeInfinity<float>), largest(kLargestFinite<float>), zero(0.0f), one(1.0f);
+  for (int t = 0; t < end;) {
+    const auto keys = store.run(spec.key_tensor, seq, t, head);
+    const auto values = store.run(spec.value_tensor, seq, t, head);
+    const int n = std::min({kTile, end - t, keys.count, values.count});
+    for (int v = 0; v < variants; ++v)
+      score_block<Arch>(keys.data + spec.key_offset + v * spec.key_group_stride, keys.stride, n, dk, s.qt.data(), lanes, v * span,
+                        span, s.st.data(), lanes);
+
+    // One online-softmax step for W lanes at a time. Scores of tokens a lane's row does not see
+    // become -inf, +inf becomes the largest float (bounded_score); a NaN stays and shows.
+    const bool masked = t + n > all_see;
+    for (int c = 0; c < lanes; c += W) {
+      const B visible = B::load_unaligned(s.visible.data() + c);
+      B block_max = minus_inf;
+      auto nan = xsimd::isnan(zero);
+      for (int j = 0; j < n; ++j) {
+        float* p = s.st.data() + std::ptrdiff_t(j) * lanes + c;
+        B x = B::load_unaligned(p);
+        if (masked) x = xsimd::select(visible <= B(float(t + j)), minus_inf, x);
+        x = xsimd::select(x > largest, largest, x);
+        x.store_unaligned(p);
+        nan = nan | xsimd::isnan(x);
+        block_max = xsimd::max(block_max, x);
+      }
+      const B old = B::load_unaligned(s.max.data() + c);
+      B now = xsimd::select(nan, B(std::numeric_limits<float>::quiet_NaN()), xsimd::max(old, block_max));
+      now = xsimd::select(xsimd::isnan(old), old, now);
+      const auto empty = now == minus_inf;  // every score so far -inf: weights 0, no exp(-inf - -inf)
+      const B factor = xsimd::select(empty, one, xsimd::exp(old - now));
+      B tile_sum = zero;
+      for (int j = 0; j < n; ++j) {
+        float* p = s.st.data() + std::ptrdiff_t(j) * lanes + c;
+        const B w = xsimd::select(empty, zero, xsimd::exp(B::load_unaligned(p) - now));
+        w.store_unaligned(p);
+        tile_sum += w;
+      }
+      now.store_unaligned(s.max.data() + c);
+      xsimd::fma(B::load_unaligned(s.sum.data() + c), factor, tile_sum).store_unaligned(s.sum.data() + c);
+      factor.store_unaligned(s.factor.data() + c);
+    }
+    for (int i = 0; i < lanes; ++i)
+      if (s.factor[std::size_t(i)] != 1.0f) scale<Arch>(s.factor[std::size_t(i)], s.acc.data() + std::ptrdiff_t(i) * dv, dv);
+
+    // Weights times values. A row's unseen tokens have weight 0, which adds nothing as long as
+    // their values are finite (0 * inf is NaN): where the tile holds a value that is not, the
+    // rows that do not see all of it take only the rows they see.
+    const auto* value_rows = values.data + spec.value_offset;
+    if (!masked || all_finite<Arch>(value_rows, values.stride, n, dv)) {
+      accumulate_weights<Arch>(s.st.data(), WeightIndex<true>{lanes}, lanes, value_rows, values.stride, n, s.acc.data(), dv);
+    } else {
+      for (int g = 0; g < G; ++g)
+        for (int r0 = 0; r0 < R;) {
+          const int seen = std::clamp(rows[std::size_t(r0)].visible - t, 0, n);
+          int r1 = r0 + 1;
+          while (r1 < R && std::clamp(rows[std::size_t(r1)].visible - t, 0, n) == seen) ++r1;
+          if (seen > 0)
+            accumulate_weights<Arch>(s.st.data() + lane(g, r0), WeightIndex<true>{lanes}, r1 - r0, value_rows, values.stride, seen,
+                                   s.acc.data() + std::ptrdiff_t(lane(g, r0)) * dv, dv);
+          r0 = r1;
+        }
+    }
+    // A lane that has seen nothing keeps a zero accumulator (its weights were 0, but a value
+    // could be inf), as decode does.
+    for (int i = 0; i < lanes; ++i)
+      if (s.max[std::size_t(i)] == kNegativeInfinity<float>) std::fill_n(s.acc.data() + std::ptrdiff_t(i) * dv, dv, 0.0f);
+    t += n;
+  }
+
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) {
+      const int i = lane(g, r);
+      const float sum = s.sum[std::size_t(i)];
+      const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+      const float* acc = s.acc.data() + std::ptrdiff_t(i) * dv;
+      float* out = rows[std::size_t(r)].out + std::ptrdiff_t(head * G + g) * dv;
+      for (int c = 0; c < dv; ++c) out[c] = acc[c] * inv;
+    }
+}
+
+}  // namespace polyattn::exec::cpu

@@ -1,0 +1,64 @@
+// The two products of a query-block tile (prefill): the m query vectors of a block against n <=
+// kTile cached rows of one cache head. Scores are kept key-major, st[j][i] (key j, query vector
+// i), so that the softmax bookkeeping runs across query vectors in SIMD lanes and the keys are
+// read in place, row after row, as stored:
+//   score_block:      st[j][i]  = key_j . q_i       qt: the block's queries transposed once per block
+//   accumulate_weights (decode_tile.hpp, shared with decode): acc[i][:] += sum_j st[j][i] value_j
+// Both are register-blocked: score_keys holds NR keys x NC vectors of query lanes,
+// accumulate_weights NG query vectors x NC vectors of value columns. T: the cache element (float, half, bfloat16),
+// converted to fp32 as it is read.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+#include <xsimd/xsimd.hpp>
+
+#include "polyattn/exec/cpu/decode_tile.hpp"
+#include "polyattn/exec/cpu/load_floats.hpp"
+
+namespace polyattn::exec::cpu {
+
+/// st[r * st_stride + c ..] for NR keys (row r at keys + r * key_stride) against NC vectors of
+/// query lanes from column c of qt (qt[d * qt_stride + i] = q_i[d]). Each step over the key
+/// dimension loads NC query vectors and broadcasts NR key elements.
+/// Registers: NR*NC accumulators + NC + 1.
+template <class Arch, int NR, int NC, class T>
+void score_keys(const T* keys, std::ptrdiff_t key_stride, int dim, const float* qt, std::ptrdiff_t qt_stride, int c, float* st,
+                std::ptrdiff_t st_stride) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  B acc[NR][NC];
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NC; ++v) acc[r][v] = B(0.0f);
+  for (int d = 0; d < dim; ++d) {
+    B q[NC];
+    for (int v = 0; v < NC; ++v) q[v] = B::load_unaligned(qt + std::ptrdiff_t(d) * qt_stride + c + v * W);
+    for (int r = 0; r < NR; ++r) {
+      const B k(to_float(keys[r * key_stride + d]));
+      for (int v = 0; v < NC; ++v) acc[r][v] = xsimd::fma(k, q[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NC; ++v) acc[r][v].store_unaligned(st + r * st_stride + c + v * W);
+}
+
+/// st[j * st_stride + c0 + i] = key_j . q_i for the n keys (key j at keys + j * key_stride) and
+/// the `lanes` query vectors of qt from column c0 (a multiple of W).
+template <class Arch, class T>
+void score_block(const T* keys, std::ptrdiff_t key_stride, int n, int dim, const float* qt, std::ptrdiff_t qt_stride, int c0,
+                 int lanes, float* st, std::ptrdiff_t st_stride) {
+  constexpr int W = int(xsimd::batch<float, Arch>::size);
+  constexpr int kKeys = kVectorRegisters<Arch> == 32 ? 6 : 2;  // 6 x 4 + 4 + 1 = 29 of 32 registers (2 x 4 + 5 of 16)
+  const int vectors = (lanes + W - 1) / W;
+  for (int v0 = 0; v0 < vectors; v0 += 4)
+    with_count<4>(std::min(4, vectors - v0), [&](auto nc) {
+      for (int j = 0; j < n; j += kKeys)
+        with_count<kKeys>(std::min(kKeys, n - j), [&](auto nr) {
+          score_keys<Arch, decltype(nr)::value, decltype(nc)::value>(keys + j * key_stride, key_stride, dim, qt, qt_stride,
+                                                                      c0 + v0 * W, st + j * st_stride, st_stride);
+        });
+    });
+}
+
+}  // namespace polyattn::exec::cpu

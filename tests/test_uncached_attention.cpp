@@ -1,0 +1,115 @@
+// Uncached attention (uncached_attention.hpp) against the dense oracle in double, on Reference
+// and CpuSimd: the lengths around the block and tile sizes (64 rows of 64 keys), causal and full,
+// chunks after earlier keys, grouped heads; a value that is not finite where a row does not see
+// it; results independent of the thread count; shape errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include <polyattn/exec/cpu/cpu_simd.hpp>
+#include <polyattn/exec/reference/reference.hpp>
+#include <polyattn/uncached_attention.hpp>
+
+#include "support/check_throws.hpp"
+#include "support/dense_oracle.hpp"
+
+using namespace polyattn;
+using namespace polyattn::testing;
+
+namespace {
+
+struct Case {
+  int n;       // query rows
+  int n_keys;  // keys (>= n for causal: the rows are the last n positions)
+  int query_heads, kv_heads, head_dim;
+  Mask mask;
+};
+
+template <class Executor>
+void check_against_oracle(Executor& executor, const Case& c, double tolerance) {
+  std::mt19937 rng(std::uint32_t(c.n * 7919 + c.n_keys * 31 + c.query_heads));
+  const RowMatrixXf q = random_matrix(c.n, c.query_heads * c.head_dim, rng);
+  const RowMatrixXf k = random_matrix(c.n_keys, c.kv_heads * c.head_dim, rng);
+  const RowMatrixXf v = random_matrix(c.n_keys, c.kv_heads * c.head_dim, rng);
+  RowMatrixXf out = RowMatrixXf::Constant(c.n, c.query_heads * c.head_dim, std::numeric_limits<float>::quiet_NaN());
+  attention(executor, q, k, v, {c.query_heads, c.kv_heads, c.head_dim}, c.mask, out);
+  const RowMatrixXf expected =
+      dense_attention(q, k, v, c.query_heads, c.query_heads / c.kv_heads, c.mask == Mask::causal, c.n_keys - c.n);
+  CHECK(max_abs_diff(out, expected) <= tolerance);
+}
+
+// Lengths: one row, two, a block (64) and one either side, several blocks with a ragged last
+// tile, and Whisper's 1500 frames with 2000 after it (fewer heads there, to keep the oracle short).
+const Case kCases[] = {
+    {1, 1, 6, 6, 64, Mask::causal},      {2, 2, 6, 6, 64, Mask::full},        {63, 63, 4, 4, 64, Mask::causal},
+    {64, 64, 4, 2, 64, Mask::full},      {65, 65, 4, 2, 64, Mask::causal},    {257, 257, 2, 2, 40, Mask::causal},
+    {257, 257, 3, 1, 72, Mask::full},    {1500, 1500, 1, 1, 64, Mask::full},  {2000, 2000, 1, 1, 64, Mask::causal},
+    {65, 300, 4, 4, 64, Mask::causal},   // a chunk after 235 earlier keys
+    {3, 100, 6, 6, 64, Mask::causal},    // fewer rows than a block: the decode kernel
+    {80, 80, 8, 1, 17, Mask::causal},    // eight heads share one key (MQA), an odd head size
+};
+
+}  // namespace
+
+TEST_CASE("uncached attention matches the dense oracle on Reference and CpuSimd") {
+  for (const Case& c : kCases) {
+    CAPTURE(c.n);
+    CAPTURE(c.n_keys);
+    CAPTURE(c.query_heads);
+    CAPTURE(c.kv_heads);
+    CAPTURE(c.head_dim);
+    CAPTURE(c.mask == Mask::causal);
+    // Reference accumulates in double: only the final rounding to float, and the float scale.
+    exec::Reference reference;
+    check_against_oracle(reference, c, 4 * 0x1p-24);
+    exec::CpuSimd cpu(2);
+    check_against_oracle(cpu, c, fp32_attention_tolerance(c.head_dim, c.n_keys));
+  }
+}
+
+TEST_CASE("CpuSimd uncached attention gives the same bits on 1 and 2 threads") {
+  // Each (block, head) runs in one task, start to end: no result depends on the split.
+  std::mt19937 rng(11);
+  const int n = 300, heads = 4, dh = 64;
+  const RowMatrixXf q = random_matrix(n, heads * dh, rng), k = random_matrix(n, heads * dh, rng), v = random_matrix(n, heads * dh, rng);
+  RowMatrixXf one(n, heads * dh), two(n, heads * dh);
+  exec::CpuSimd single(1), pair(2);
+  attention(single, q, k, v, {heads, heads, dh}, Mask::causal, one);
+  attention(pair, q, k, v, {heads, heads, dh}, Mask::causal, two);
+  CHECK(one == two);
+}
+
+TEST_CASE("a value that is not finite changes only the rows that see it") {
+  // Causal: rows before token 40 do not see its value. A block weighs unseen tokens by 0, and
+  // 0 * inf would be NaN, so those rows must take only the tokens they see.
+  std::mt19937 rng(5);
+  const int n = 100, heads = 2, dh = 64, bad = 40;
+  const RowMatrixXf q = random_matrix(n, heads * dh, rng), k = random_matrix(n, heads * dh, rng);
+  RowMatrixXf v = random_matrix(n, heads * dh, rng);
+  const RowMatrixXf expected = dense_attention(q, k, v, heads, 1, true, 0);
+  v(bad, 3) = std::numeric_limits<float>::infinity();
+  v(bad, dh + 5) = std::numeric_limits<float>::quiet_NaN();
+  exec::CpuSimd cpu(2);
+  RowMatrixXf out(n, heads * dh);
+  attention(cpu, q, k, v, {heads, heads, dh}, Mask::causal, out);
+  CHECK(max_abs_diff(out.topRows(bad), expected.topRows(bad)) <= fp32_attention_tolerance(dh, bad));
+  for (int i = bad; i < n; ++i) {
+    CAPTURE(i);
+    CHECK(!std::isfinite(out(i, 3)));
+    CHECK(std::isnan(out(i, dh + 5)));
+  }
+}
+
+TEST_CASE("uncached attention refuses shapes that do not fit, naming them") {
+  const RowMatrixXf q = RowMatrixXf::Zero(4, 128), kv = RowMatrixXf::Zero(5, 64);
+  RowMatrixXf out(4, 128);
+  exec::CpuSimd cpu(1);
+  check_throws_with<ShapeError>([&] { attention(cpu, q, kv, kv, {2, 2, 64}, Mask::full, out); }, "k and v have 64 and 64 columns");
+  check_throws_with<ShapeError>([&] { attention(cpu, q, kv, kv, {2, 0, 64}, Mask::full, out); }, "kv heads dividing query heads");
+  check_throws_with<ShapeError>([&] { attention(cpu, q, kv, RowMatrixXf::Zero(6, 64), {2, 1, 64}, Mask::full, out); },
+                           "k has 5 rows but v has 6");
+  RowMatrixXf small(3, 128);
+  check_throws_with<ShapeError>([&] { attention(cpu, q, kv, kv, {2, 1, 64}, Mask::full, small); }, "out is 3x128");
+}
