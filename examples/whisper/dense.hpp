@@ -9,7 +9,9 @@
 //                                    stored, b (out) or none; x and y may be row blocks of any
 //                                    row stride. Linear layers, the conv stem (over im2col rows),
 //                                    the tied logits projection.
-//   bidirectional_attention(qkv, h)  the encoder's unmasked self-attention, (n, 3d) -> (n, d).
+//   bidirectional_attention(qkv, h)  the encoder's unmasked self-attention, (n, 3d) -> (n, d):
+//                                    polyattn's uncached attention on CpuSimd unless the engine
+//                                    runs it elsewhere (CublasDense, on its device).
 //
 // W is a weight: the model's or a decoder policy's converted matrix. An engine may keep its own
 // copy (CublasDense keeps a device copy, found by W's address), so a weight must stay at its
@@ -20,8 +22,11 @@
 
 #include <Eigen/Core>
 
-#include <cmath>
+#include <memory>
 #include <string>
+
+#include <polyattn/exec/cpu/cpu_simd.hpp>
+#include <polyattn/uncached_attention.hpp>
 
 #include "error.hpp"
 #include "layers.hpp"
@@ -36,32 +41,8 @@ using polyattn::MatrixRef;
 inline void check_attention_input(const RowMatrixXf& qkv, int n_heads) {
   const Eigen::Index d = qkv.cols() / 3;
   if (n_heads <= 0 || d % n_heads != 0 || qkv.cols() != 3 * d)
-    throw ModelError("encoder_self_attention: qkv has " + std::to_string(qkv.cols()) + " columns, not 3 x a multiple of " +
+    throw ModelError("bidirectional_attention: qkv has " + std::to_string(qkv.cols()) + " columns, not 3 x a multiple of " +
                      std::to_string(n_heads) + " heads");
-}
-
-// Encoder self-attention on Eigen: bidirectional over the 1500 frames of a window, nothing
-// cached. This is GEMM work (per head, (1500, 64) x (64, 1500) scores and (1500, 1500) x (1500,
-// 64) outputs), so it stays on GEMMs rather than polyattn's decode kernels, which walk the keys
-// once per query row; measured on tiny.en, Attention<Mha, Nhd, CpuSimd>::prefill with
-// Mask::full is slower (see the README). qkv: (n, 3d) = [q | k | v]; returns (n, d).
-inline RowMatrixXf encoder_self_attention(const RowMatrixXf& qkv, int n_heads) {
-  check_attention_input(qkv, n_heads);
-  const Eigen::Index d = qkv.cols() / 3, n = qkv.rows(), dh = d / n_heads;
-  // Whisper scales q and k by dh^-1/4 each; one 1/sqrt(dh) on the scores is the same.
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  RowMatrixXf out(n, d), scores(n, n);
-  const RowMatrixXf q = qkv.leftCols(d) * scale;
-  for (int h = 0; h < n_heads; ++h) {
-    scores.noalias() = q.middleCols(h * dh, dh) * qkv.middleCols(d + h * dh, dh).transpose();  // (n, n)
-    for (Eigen::Index i = 0; i < n; ++i) {
-      auto row = scores.row(i);
-      row = (row.array() - row.maxCoeff()).exp().matrix();
-      row /= row.sum();
-    }
-    out.middleCols(h * dh, dh).noalias() = scores * qkv.middleCols(2 * d + h * dh, dh);
-  }
-  return out;
 }
 
 class Dense {
@@ -70,7 +51,18 @@ class Dense {
   // "eigen (CPU)", "cublas (GPU 0: NVIDIA H100 ...)": printed by the CLI.
   virtual std::string name() const = 0;
   virtual void affine(ConstMatrixRef x, const RowMatrixXf& w, const RowVectorXf* bias, MatrixRef y) = 0;
-  virtual RowMatrixXf bidirectional_attention(const RowMatrixXf& qkv, int n_heads) = 0;
+  // qkv: (n, 3d) = [q | k | v], heads adjacent in each; returns (n, d). Bidirectional over the
+  // 1500 frames of a window, nothing cached: the library's uncached attention, whose query
+  // blocks keep the scores in L1 (exec/cpu/attend_block.hpp), on as many threads as Eigen's GEMMs.
+  virtual RowMatrixXf bidirectional_attention(const RowMatrixXf& qkv, int n_heads) {
+    check_attention_input(qkv, n_heads);
+    const Eigen::Index d = qkv.cols() / 3;
+    if (!cpu_ || cpu_->threads() != Eigen::nbThreads()) cpu_ = std::make_unique<exec::CpuSimd>(Eigen::nbThreads());
+    RowMatrixXf out(qkv.rows(), d);
+    const int head_dim = int(d / n_heads);
+    polyattn::attention(*cpu_, qkv.leftCols(d), qkv.middleCols(d, d), qkv.rightCols(d), {n_heads, n_heads, head_dim}, Mask::full, out);
+    return out;
+  }
 
   // x: (n, in) -> (n, out) = x W^T + b.
   RowMatrixXf linear(ConstMatrixRef x, const Linear& l) {
@@ -100,6 +92,8 @@ class Dense {
   }
 
  private:
+  std::unique_ptr<exec::CpuSimd> cpu_;  // bidirectional_attention's executor, made on first use
+
   // Every engine may assume these: x (n, in), W (out, in), b (out) or none, y (n, out).
   static void check_shapes(ConstMatrixRef x, const RowMatrixXf& w, const RowVectorXf* bias, ConstMatrixRef y) {
     if (x.cols() != w.cols() || y.rows() != x.rows() || y.cols() != w.rows())
@@ -119,7 +113,6 @@ class EigenDense final : public Dense {
     y.noalias() = x * w.transpose();
     if (bias) y.rowwise() += *bias;
   }
-  RowMatrixXf bidirectional_attention(const RowMatrixXf& qkv, int n_heads) override { return encoder_self_attention(qkv, n_heads); }
 };
 
 // The engine of every call that names none. Stateless.
