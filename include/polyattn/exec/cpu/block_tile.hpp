@@ -51,14 +51,19 @@ void score_block(const T* keys, std::ptrdiff_t key_stride, int n, int dim, const
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   constexpr int kKeys = kVectorRegisters<Arch> == 32 ? 6 : 2;  // 6 x 4 + 4 + 1 = 29 of 32 registers (2 x 4 + 5 of 16)
   const int vectors = (lanes + W - 1) / W;
-  for (int v0 = 0; v0 < vectors; v0 += 4)
-    with_count<4>(std::min(4, vectors - v0), [&](auto nc) {
-      for (int j = 0; j < n; j += kKeys)
-        with_count<kKeys>(std::min(kKeys, n - j), [&](auto nr) {
-          score_keys<Arch, decltype(nr)::value, decltype(nc)::value>(keys + j * key_stride, key_stride, dim, qt, qt_stride,
-                                                                      c0 + v0 * W, st + j * st_stride, st_stride);
-        });
-    });
+  // Whole register blocks, then one key or one vector at a time: 4 instantiations per element
+  // type rather than every (keys, vectors) pair, which compile time (sanitizer builds above all)
+  // pays for in every translation unit that uses CpuSimd.
+  const auto key_rows = [&](auto nc, int c) {
+    constexpr int NC = decltype(nc)::value;
+    int j = 0;
+    for (; j + kKeys <= n; j += kKeys)
+      score_keys<Arch, kKeys, NC>(keys + j * key_stride, key_stride, dim, qt, qt_stride, c, st + j * st_stride, st_stride);
+    for (; j < n; ++j) score_keys<Arch, 1, NC>(keys + j * key_stride, key_stride, dim, qt, qt_stride, c, st + j * st_stride, st_stride);
+  };
+  int v = 0;
+  for (; v + 4 <= vectors; v += 4) key_rows(std::integral_constant<int, 4>{}, c0 + v * W);
+  for (; v < vectors; ++v) key_rows(std::integral_constant<int, 1>{}, c0 + v * W);
 }
 
 }  // namespace polyattn::exec::cpu

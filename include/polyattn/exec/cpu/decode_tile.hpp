@@ -213,11 +213,18 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T*
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   constexpr int kVectors = kVectorRegisters<Arch> == 32 ? 6 : 2;  // 6 x 4 + 4 + 1 = 29 of 32 registers
   const auto columns = [&](auto nc, int c) {
-    for (int g0 = 0; g0 < m; g0 += kVectors)
-      with_count<kVectors>(std::min(kVectors, m - g0), [&](auto ng) {
-        accumulate_columns<Arch, decltype(ng)::value, decltype(nc)::value>(w + at(g0, 0), at, rows, stride, n,
-                                                                            acc + std::ptrdiff_t(g0) * dim, dim, c);
-      });
+    constexpr int NC = decltype(nc)::value;
+    if constexpr (ByToken) {  // prefill blocks: whole register blocks, then one vector at a time (fewer instantiations)
+      int g0 = 0;
+      for (; g0 + kVectors <= m; g0 += kVectors)
+        accumulate_columns<Arch, kVectors, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * dim, dim, c);
+      for (; g0 < m; ++g0) accumulate_columns<Arch, 1, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * dim, dim, c);
+    } else {  // decode: a group's heads in one pass over the tile's rows, however many
+      for (int g0 = 0; g0 < m; g0 += kVectors)
+        with_count<kVectors>(std::min(kVectors, m - g0), [&](auto ng) {
+          accumulate_columns<Arch, decltype(ng)::value, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * dim, dim, c);
+        });
+    }
   };
   int c = 0;
   for (; c + 4 * W <= dim; c += 4 * W) columns(std::integral_constant<int, 4>{}, c);
