@@ -115,7 +115,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int first
     for (int h = 0; h < heads; ++h) {
       const auto keys = store.run(spec.key_tensor, seq, t, first_head + h);
       const auto values = store.run(spec.value_tensor, seq, t, first_head + h);
-      KeyTile tile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n};
+      KeyTile<std::remove_cvref_t<decltype(*keys.data)>> tile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n};
       if (h == 0 && t + n < end) {  // the next tile: the rest of this run, or the start of the next one (a page)
         const auto next = n < keys.count ? decltype(keys){keys.data + std::ptrdiff_t(n) * keys.stride, keys.stride, keys.count - n}
                                          : store.run(spec.key_tensor, seq, t + n, first_head);  // (no pointer past a run)
