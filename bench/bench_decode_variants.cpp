@@ -87,11 +87,4 @@ POLYATTN_DECODE_VARIANT_LAYOUTS(polyattn::Mqa)
 POLYATTN_DECODE_VARIANT_LAYOUTS(polyattn::SlimK2)
 POLYATTN_DECODE_VARIANT_LAYOUTS(polyattn::XCache)
 
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  polyattn::bench::add_roofline_context();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return polyattn::bench::run_roofline_benchmarks(argc, argv); }

@@ -112,11 +112,4 @@ BENCHMARK(BM_CachedPrefill)->Apply(Args);
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  polyattn::bench::add_roofline_context();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return polyattn::bench::run_roofline_benchmarks(argc, argv); }

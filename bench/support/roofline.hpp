@@ -52,4 +52,15 @@ inline void add_roofline_context() {
   benchmark::AddCustomContext("fma_probe_GFMA_per_s", std::to_string(fma_throughput() * 1e-9));
 }
 
+/// A roofline benchmark's main: Google Benchmark's flags, the roofs as context, then every
+/// registered benchmark. `int main(int argc, char** argv) { return run_roofline_benchmarks(argc, argv); }`
+inline int run_roofline_benchmarks(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  add_roofline_context();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
 }  // namespace polyattn::bench

@@ -24,6 +24,7 @@
 // whose every score overflows to -inf in float outputs 0 there.
 #pragma once
 
+#include <cstddef>
 #include <span>
 
 namespace polyattn {
@@ -57,5 +58,18 @@ struct QueryJob {
   const float* query = nullptr;
   float* out = nullptr;
 };
+
+/// Calls f(first, count) for each run of consecutive jobs on the same sequence (a prefill chunk
+/// is one run; a decode batch is one run per sequence).
+template <class Jobs, class F>
+void for_each_sequence_run(const Jobs& jobs, F&& f) {
+  std::size_t first = 0;
+  while (first < jobs.size()) {
+    std::size_t end = first + 1;
+    while (end < jobs.size() && jobs[end].seq == jobs[first].seq) ++end;
+    f(first, end - first);
+    first = end;
+  }
+}
 
 }  // namespace polyattn

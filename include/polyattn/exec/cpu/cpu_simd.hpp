@@ -53,17 +53,14 @@ class CpuSimd {
     // the decode kernel.
     blocks_.clear();
     single_.clear();
-    for (std::size_t i = 0; i < jobs.size();) {
-      std::size_t j = i + 1;
-      while (j < jobs.size() && jobs[j].seq == jobs[i].seq) ++j;
-      if (j - i >= std::size_t(kMinBlockRows)) {
-        const int rows = cpu::block_rows<Arch>(spec);
-        for (std::size_t b = i; b < j; b += std::size_t(rows)) blocks_.push_back(jobs.subspan(b, std::min(j - b, std::size_t(rows))));
+    for_each_sequence_run(jobs, [&](std::size_t first, std::size_t count) {
+      if (count >= std::size_t(kMinBlockRows)) {
+        const std::size_t rows = std::size_t(cpu::block_rows<Arch>(spec));
+        for (std::size_t b = 0; b < count; b += rows) blocks_.push_back(jobs.subspan(first + b, std::min(count - b, rows)));
       } else {
-        single_.insert(single_.end(), jobs.begin() + std::ptrdiff_t(i), jobs.begin() + std::ptrdiff_t(j));
+        single_.insert(single_.end(), jobs.begin() + std::ptrdiff_t(first), jobs.begin() + std::ptrdiff_t(first + count));
       }
-      i = j;
-    }
+    });
     if (!blocks_.empty()) attend_blocks(store, spec);
     if (single_.size() == jobs.size())
       attend_rows(store, spec, jobs);
