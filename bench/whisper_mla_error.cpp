@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     const int d = ww.dims.n_text_state, heads = ww.dims.n_text_head, T = 256;
     std::uniform_int_distribution<int> token(0, 50256);  // text tokens
     RowMatrixXf h(T, d);
-    for (int t = 0; t < T; ++t) h.row(t) = ww.token_embedding.row(token(rng)) + ww.decoder_positions.row(t);
+    for (int t = 0; t < T; ++t) h.row(t) = ww.token_embedding.as_float().row(token(rng)) + ww.decoder_positions.row(t);
     for (std::size_t l = 0; l < ww.decoder.size(); ++l) {
       const whisper::DecoderBlock& b = ww.decoder[l];
       const Eigen::MatrixXd xl = whisper::layer_norm(h, b.self_ln).cast<double>();

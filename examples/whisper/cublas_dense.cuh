@@ -137,6 +137,10 @@ class CublasDense final : public Dense {
     download(y_.data(), y);
   }
 
+  // The logits through cuBLAS in float: a float16 embedding is converted once (as_float() keeps
+  // that host copy, device_weight the device one).
+  void logits(ConstMatrixRef x, const TokenEmbedding& e, MatrixRef y) override { affine(x, e.as_float(), nullptr, y); }
+
   RowMatrixXf bidirectional_attention(const RowMatrixXf& qkv, int n_heads) override {
     check_attention_input(qkv, n_heads);
     const int n = checked_int(qkv.rows(), "frames"), width = checked_int(qkv.cols(), "qkv width");

@@ -153,9 +153,11 @@ class Decoder {
     const Eigen::Index D = d.n_text_state;
     x_.resize(n * B, D);
     for (Eigen::Index p = 0; p < n; ++p)
-      for (Eigen::Index i = 0; i < B; ++i)
-        x_.row(p * B + i) = w_->token_embedding.row(token(p, i)) +
-                            w_->decoder_positions.row(length_[std::size_t(seqs[std::size_t(i)])] + p);
+      for (Eigen::Index i = 0; i < B; ++i) {
+        auto row = x_.row(p * B + i);
+        w_->token_embedding.row_into(token(p, i), row);
+        row += w_->decoder_positions.row(length_[std::size_t(seqs[std::size_t(i)])] + p);
+      }
     sub_.resize(n * B, D);
     for (std::size_t l = 0; l < w_->decoder.size(); ++l) {
       const DecoderBlock& b = w_->decoder[l];

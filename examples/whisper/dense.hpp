@@ -4,11 +4,13 @@
 //   EigenDense     Eigen GEMMs on the CPU (this header; the default everywhere)
 //   CublasDense    cuBLAS on a CUDA device (cublas_dense.cuh, nvcc only; --device cuda)
 //
-// Two operations cover the model:
+// Three operations cover the model:
 //   affine(x, W, b, y)               y (n, out) = x (n, in) W^T + b, W (out, in) row-major as
 //                                    stored, b (out) or none; x and y may be row blocks of any
-//                                    row stride. Linear layers, the conv stem (over im2col rows),
-//                                    the tied logits projection.
+//                                    row stride. Linear layers, the conv stem (over im2col rows).
+//   logits(x, E, y)                  y (n, n_vocab) = x (n, d) E^T, the tied logits projection:
+//                                    the token embedding's own kernel, in the precision it ships
+//                                    in (token_embedding.hpp), unless the engine runs it elsewhere.
 //   bidirectional_attention(qkv, h)  the encoder's unmasked self-attention, (n, 3d) -> (n, d):
 //                                    polyattn's uncached attention on CpuSimd unless the engine
 //                                    runs it elsewhere (CublasDense, on its device).
@@ -31,6 +33,7 @@
 #include "error.hpp"
 #include "layers.hpp"
 #include "matrix.hpp"
+#include "token_embedding.hpp"
 
 namespace polyattn::whisper {
 
@@ -51,6 +54,9 @@ class Dense {
   // "eigen (CPU)", "cublas (GPU 0: NVIDIA H100 ...)": printed by the CLI.
   virtual std::string name() const = 0;
   virtual void affine(ConstMatrixRef x, const RowMatrixXf& w, const RowVectorXf* bias, MatrixRef y) = 0;
+  // y (n, n_vocab) = x E^T, shapes checked: on the CPU, in the embedding's own precision
+  // (token_embedding.hpp), unless the engine multiplies elsewhere.
+  virtual void logits(ConstMatrixRef x, const TokenEmbedding& e, MatrixRef y) { e.project(x, y); }
   // qkv: (n, 3d) = [q | k | v], heads adjacent in each; returns (n, d). Bidirectional over the
   // 1500 frames of a window, nothing cached: the library's uncached attention, whose query
   // blocks keep the scores in L1 (exec/cpu/attend_block.hpp), on as many threads as Eigen's GEMMs.
@@ -72,36 +78,40 @@ class Dense {
   }
   // The same into a preallocated (n, out) block (any row stride).
   void linear_into(ConstMatrixRef x, const Linear& l, MatrixRef y) {
-    check_shapes(x, l.weight, &l.bias, y);
+    check_shapes(x, l.weight.rows(), l.weight.cols(), &l.bias, y);
     affine(x, l.weight, &l.bias, y);
   }
   // Conv1d with kernel 3, padding 1, as one product over im2col rows (layers.hpp conv1d_k3).
   RowMatrixXf conv1d_k3(ConstMatrixRef x, const RowMatrixXf& weight, const RowVectorXf& bias, int stride) {
     const RowMatrixXf cols = im2col_k3(x, weight, stride);
     RowMatrixXf y(cols.rows(), weight.rows());
-    check_shapes(cols, weight, &bias, y);
+    check_shapes(cols, weight.rows(), weight.cols(), &bias, y);
     affine(cols, weight, &bias, y);
     return y;
   }
-  // x: (n, in) -> (n, out) = x W^T, for the tied output projection (W: the token embedding).
-  RowMatrixXf project(ConstMatrixRef x, const RowMatrixXf& w) {
-    RowMatrixXf y(x.rows(), w.rows());
-    check_shapes(x, w, nullptr, y);
-    affine(x, w, nullptr, y);
+  // x: (n, d) -> (n, n_vocab) = x E^T, the tied output projection (the logits).
+  RowMatrixXf project(ConstMatrixRef x, const TokenEmbedding& e) {
+    RowMatrixXf y(x.rows(), e.rows());
+    project_into(x, e, y);
     return y;
+  }
+  // The same into a preallocated (n, n_vocab) block (any row stride).
+  void project_into(ConstMatrixRef x, const TokenEmbedding& e, MatrixRef y) {
+    check_shapes(x, e.rows(), e.cols(), nullptr, y);
+    logits(x, e, y);
   }
 
  private:
   std::unique_ptr<exec::CpuSimd> cpu_;  // bidirectional_attention's executor, made on first use
 
   // Every engine may assume these: x (n, in), W (out, in), b (out) or none, y (n, out).
-  static void check_shapes(ConstMatrixRef x, const RowMatrixXf& w, const RowVectorXf* bias, ConstMatrixRef y) {
-    if (x.cols() != w.cols() || y.rows() != x.rows() || y.cols() != w.rows())
+  static void check_shapes(ConstMatrixRef x, Eigen::Index w_rows, Eigen::Index w_cols, const RowVectorXf* bias, ConstMatrixRef y) {
+    if (x.cols() != w_cols || y.rows() != x.rows() || y.cols() != w_rows)
       throw Error("dense: x (" + std::to_string(x.rows()) + "x" + std::to_string(x.cols()) + ") W^T with W (" +
-                  std::to_string(w.rows()) + "x" + std::to_string(w.cols()) + ") into y (" + std::to_string(y.rows()) + "x" +
+                  std::to_string(w_rows) + "x" + std::to_string(w_cols) + ") into y (" + std::to_string(y.rows()) + "x" +
                   std::to_string(y.cols()) + ")");
-    if (bias && bias->size() != w.rows())
-      throw Error("dense: bias of " + std::to_string(bias->size()) + " for " + std::to_string(w.rows()) + " outputs");
+    if (bias && bias->size() != w_rows)
+      throw Error("dense: bias of " + std::to_string(bias->size()) + " for " + std::to_string(w_rows) + " outputs");
   }
 };
 

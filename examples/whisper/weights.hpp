@@ -12,6 +12,7 @@
 #include "ggml_model.hpp"
 #include "layers.hpp"
 #include "matrix.hpp"
+#include "token_embedding.hpp"
 
 namespace polyattn::whisper {
 
@@ -71,7 +72,7 @@ struct WhisperWeights {
   RowMatrixXf encoder_positions;  // (n_audio_ctx, d), sinusoidal
   std::vector<EncoderBlock> encoder;
   LayerNorm encoder_ln;
-  RowMatrixXf token_embedding;  // (n_vocab, d); also the output projection (tied)
+  TokenEmbedding token_embedding;  // (n_vocab, d); also the output projection (tied); float16 when shipped so
   RowMatrixXf decoder_positions;  // (n_text_ctx, d), learned
   std::vector<DecoderBlock> decoder;
   LayerNorm decoder_ln;
@@ -81,6 +82,13 @@ namespace detail {
 
 inline RowMatrixXf to_matrix(const std::vector<float>& v, Eigen::Index rows, Eigen::Index cols) {
   return Eigen::Map<const RowMatrixXf>(v.data(), rows, cols);
+}
+// The token embedding from its values as float, in the precision the file stores it in: float16
+// values convert back to float16 exactly.
+inline TokenEmbedding to_token_embedding(const std::vector<float>& v, Eigen::Index rows, Eigen::Index cols, bool stored_as_float16) {
+  const Eigen::Map<const RowMatrixXf> values(v.data(), rows, cols);
+  if (stored_as_float16) return TokenEmbedding(TokenEmbedding::HalfMatrix(values.cast<Eigen::half>()));
+  return TokenEmbedding(RowMatrixXf(values));
 }
 inline RowVectorXf to_vector(const std::vector<float>& v) {
   return Eigen::Map<const RowVectorXf>(v.data(), static_cast<Eigen::Index>(v.size()));
@@ -190,7 +198,10 @@ inline WhisperWeights weights_from_ct2(const Ct2ModelBin& m) {
                          lin(p + "/ffn/linear_0", 4 * D, D), lin(p + "/ffn/linear_1", D, 4 * D)});
   }
   w.encoder_ln = ln("encoder/layer_norm");
-  w.token_embedding = mat("decoder/embeddings/weight", d.n_vocab, D);
+  {
+    const Ct2Variable& e = m.tensor("decoder/embeddings/weight", {d.n_vocab, D});
+    w.token_embedding = detail::to_token_embedding(e.values, d.n_vocab, D, e.dtype == Ct2DType::float16);
+  }
   w.decoder_positions = mat("decoder/position_encodings/encodings", d.n_text_ctx, D);
   for (int i = 0; i < d.n_text_layer; ++i) {
     const std::string p = "decoder/layer_" + std::to_string(i);
@@ -251,7 +262,8 @@ inline WhisperWeights weights_from_ggml(const GgmlModel& g) {
                          lin(p + ".mlp.0", 4 * D, D), lin(p + ".mlp.2", D, 4 * D)});
   }
   w.encoder_ln = ln("encoder.ln_post");
-  w.token_embedding = mat("decoder.token_embedding.weight", d.n_vocab, D);
+  w.token_embedding = detail::to_token_embedding(get("decoder.token_embedding.weight", {d.n_vocab, D}), d.n_vocab, D,
+                                                 g.tensor("decoder.token_embedding.weight").type == 1);
   w.decoder_positions = mat("decoder.positional_embedding", d.n_text_ctx, D);
   for (int i = 0; i < d.n_text_layer; ++i) {
     const std::string p = "decoder.blocks." + std::to_string(i);

@@ -55,7 +55,7 @@ inline RowVectorXf dense_decoder_logits(const WhisperWeights& w, const RowMatrix
   const int heads = w.dims.n_text_head;
   RowMatrixXd x(n, D);
   for (Eigen::Index i = 0; i < n; ++i)
-    x.row(i) = (w.token_embedding.row(tokens[std::size_t(i)]) + w.decoder_positions.row(i)).cast<double>();
+    x.row(i) = (w.token_embedding.as_float().row(tokens[std::size_t(i)]) + w.decoder_positions.row(i)).cast<double>();
   const RowMatrixXd e = audio_features.cast<double>();
   for (const auto& b : w.decoder) {
     const RowMatrixXd qkv = dense_linear(dense_layer_norm(x, b.self_ln), b.self_qkv);
@@ -68,7 +68,7 @@ inline RowVectorXf dense_decoder_logits(const WhisperWeights& w, const RowMatrix
     x += dense_linear(hidden, b.fc2);
   }
   const RowMatrixXd last = dense_layer_norm(x.bottomRows(1), w.decoder_ln);
-  return (last * w.token_embedding.cast<double>().transpose()).cast<float>();
+  return (last * w.token_embedding.as_float().cast<double>().transpose()).cast<float>();
 }
 
 }  // namespace whisper_test
