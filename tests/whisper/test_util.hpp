@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include <unistd.h>  // getpid
+
 #include "test_bytes.hpp"
 
 namespace whisper_test {
@@ -35,8 +37,9 @@ inline bool have_file(const std::string& path) {
   return std::filesystem::exists(path) || skip_or_fail(path + " is not present");
 }
 
+// Named by the process too: ctest runs test processes side by side.
 inline std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("polyattn_whisper_test_" + name)).string();
+  return (std::filesystem::temp_directory_path() / ("polyattn_whisper_test_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
 }  // namespace whisper_test
