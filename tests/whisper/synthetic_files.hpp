@@ -227,7 +227,8 @@ inline std::vector<TinyTensor> tiny_pytorch_model(whisper_test::Rng& rng, int n_
   return t;
 }
 
-inline Bytes tiny_ggml_bytes(const std::vector<TinyTensor>& tensors, int n_vocab, int d) {
+// `float16`: names of the tensors stored as f16 (the others f32).
+inline Bytes tiny_ggml_bytes(const std::vector<TinyTensor>& tensors, int n_vocab, int d, const std::vector<std::string>& float16 = {}) {
   Bytes b;
   b.put<std::uint32_t>(kGgmlMagic);
   for (std::int32_t v : {n_vocab, 1500, d, 2, 1, 448, d, 2, 1, 80, 0}) b.put(v);
@@ -235,18 +236,23 @@ inline Bytes tiny_ggml_bytes(const std::vector<TinyTensor>& tensors, int n_vocab
   b.put<std::int32_t>(2);
   for (const std::string tok : {"a", "b"}) b.put<std::uint32_t>(1).str(tok);
   for (const auto& t : tensors) {
+    const bool f16 = std::find(float16.begin(), float16.end(), t.name) != float16.end();
     b.put<std::int32_t>(static_cast<std::int32_t>(t.shape.size()))
         .put<std::int32_t>(static_cast<std::int32_t>(t.name.size()))
-        .put<std::int32_t>(0);
+        .put<std::int32_t>(f16 ? 1 : 0);
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) b.put<std::int32_t>(static_cast<std::int32_t>(*it));
     b.str(t.name);
-    for (float f : t.data) b.put(f);
+    for (float f : t.data) {
+      if (f16) b.raw(std::array<std::uint16_t, 1>{half_bits(f)}.data(), 2);
+      else b.put(f);
+    }
   }
   return b;
 }
 
-inline std::vector<std::uint8_t> tiny_ggml(const std::vector<TinyTensor>& tensors, int n_vocab, int d) {
-  return tiny_ggml_bytes(tensors, n_vocab, d).b;
+inline std::vector<std::uint8_t> tiny_ggml(const std::vector<TinyTensor>& tensors, int n_vocab, int d,
+                                           const std::vector<std::string>& float16 = {}) {
+  return tiny_ggml_bytes(tensors, n_vocab, d, float16).b;
 }
 
 // The same model under CTranslate2 WhisperSpec names (fused q/k/v, zero key bias), as the

@@ -127,6 +127,11 @@ TEST_SUITE("model") {
     CHECK(g.decoder[0].fc2.weight == c.decoder[0].fc2.weight);
     CHECK(g.decoder_ln.beta == c.decoder_ln.beta);
     CHECK(g.token_embedding == c.token_embedding);
+    CHECK(!g.token_embedding.is_half());  // stored float32 in both files
+    // Stored float16, the token embedding stays float16, holding the file's (rounded) values.
+    const WhisperWeights h = weights_from_ggml(parse_ggml(tiny_ggml(tensors, n_vocab, d, {"decoder.token_embedding.weight"})));
+    CHECK(h.token_embedding.is_half());
+    CHECK(h.token_embedding.as_float() == g.token_embedding.as_float().cast<Eigen::half>().cast<float>());
 
     RowMatrixXf mel(80, 3000);
     for (Eigen::Index i = 0; i < mel.size(); ++i) mel.data()[i] = rng.normal_ish();
