@@ -28,7 +28,9 @@ inline void check_element_count(const std::string& what, const std::vector<std::
            " but holds " + std::to_string(count) + " elements");
 }
 
-inline void check_matrix(const std::string& what, const polyattn::whisper::RowMatrixXf& m, Eigen::Index rows, Eigen::Index cols) {
+// m: anything with rows() and cols() (an Eigen matrix, the token embedding).
+template <class Matrix>
+void check_matrix(const std::string& what, const Matrix& m, Eigen::Index rows, Eigen::Index cols) {
   if (m.rows() != rows || m.cols() != cols)
     broken(what + " is " + std::to_string(m.rows()) + "x" + std::to_string(m.cols()) + ", its dimensions say " +
            std::to_string(rows) + "x" + std::to_string(cols));
@@ -51,9 +53,7 @@ inline void check_weights(const polyattn::whisper::WhisperWeights& w) {
   check_matrix("conv1", w.conv1_w, D, 3 * Eigen::Index{d.n_mels});
   check_matrix("conv2", w.conv2_w, D, 3 * D);
   check_matrix("encoder positions", w.encoder_positions, d.n_audio_ctx, D);
-  if (w.token_embedding.rows() != d.n_vocab || w.token_embedding.cols() != D)
-    broken("token embedding is " + std::to_string(w.token_embedding.rows()) + "x" + std::to_string(w.token_embedding.cols()) +
-           ", its dimensions say " + std::to_string(d.n_vocab) + "x" + std::to_string(D));
+  check_matrix("token embedding", w.token_embedding, d.n_vocab, D);
   check_matrix("decoder positions", w.decoder_positions, d.n_text_ctx, D);
   if (w.encoder.size() != static_cast<std::size_t>(d.n_audio_layer) || w.decoder.size() != static_cast<std::size_t>(d.n_text_layer))
     broken("layer counts " + std::to_string(w.encoder.size()) + "/" + std::to_string(w.decoder.size()) + " differ from the dimensions " +
