@@ -47,27 +47,14 @@ class Decoder {
   using Self = typename Policies::self_policy;
   using Cross = typename Policies::cross_policy;
 
-  Decoder(const WhisperWeights& w, DecoderConfig cfg)
-      : w_(&w), dense_(cfg.dense ? cfg.dense : &eigen_dense()), cross_(w, checked(cfg)), length_(std::size_t(cfg.max_sequences), -1) {
-    self_.reserve(w.decoder.size());
-    for (std::size_t l = 0; l < w.decoder.size(); ++l) self_.emplace_back(w.decoder[l], w.dims, cfg, static_cast<int>(l));
-  }
+  // The members that instantiate the policies are defined below the class, not inline, so that
+  // `extern template class Decoder<P>` (policies.hpp) keeps every other translation unit from
+  // compiling them again: transcribe_cpu.cpp compiles them once per combination.
+  Decoder(const WhisperWeights& w, DecoderConfig cfg);
 
   // Opens a sequence for one audio window; features: (n_audio_ctx, d) from the encoder.
-  int open(ConstMatrixRef audio_features) {
-    const int seq = cross_.open(audio_features);
-    for (Self& s : self_)
-      if (s.open_sequence() != seq) throw Error("decoder: self- and cross-attention caches disagree on the sequence slot");
-    length_[std::size_t(seq)] = 0;
-    return seq;
-  }
-
-  void close(int seq) {
-    check_open(seq);
-    cross_.close(seq);
-    for (Self& s : self_) s.close_sequence(seq);
-    length_[std::size_t(seq)] = -1;
-  }
+  int open(ConstMatrixRef audio_features);
+  void close(int seq);
 
   // Tokens fed to `seq` so far.
   int length(int seq) const {
@@ -77,19 +64,10 @@ class Decoder {
 
   // Feeds the same chunk `tokens` to every sequence of `seqs` (Whisper's prompt), causally;
   // returns the logits after each sequence's last token: (B, n_vocab).
-  RowMatrixXf prefill(std::span<const int> seqs, std::span<const int> tokens) {
-    check(seqs, tokens, static_cast<int>(tokens.size()), "prefill");
-    return forward(seqs, static_cast<Eigen::Index>(tokens.size()), [&](Eigen::Index p, Eigen::Index) { return tokens[std::size_t(p)]; });
-  }
+  RowMatrixXf prefill(std::span<const int> seqs, std::span<const int> tokens);
 
   // Feeds tokens[i] to seqs[i]; returns (B, n_vocab).
-  RowMatrixXf decode(std::span<const int> seqs, std::span<const int> tokens) {
-    if (tokens.size() != seqs.size())
-      throw Error("decoder: decode got " + std::to_string(tokens.size()) + " tokens for " + std::to_string(seqs.size()) +
-                  " sequences (one each)");
-    check(seqs, tokens, 1, "decode");
-    return forward(seqs, 1, [&](Eigen::Index, Eigen::Index i) { return tokens[std::size_t(i)]; });
-  }
+  RowMatrixXf decode(std::span<const int> seqs, std::span<const int> tokens);
 
   // What the policies' conversions measured or decided (per layer), for the CLI to print.
   std::vector<std::string> notes() const {
@@ -147,36 +125,7 @@ class Decoder {
   // row p * B + i, so that position p of every sequence is one (B, d) block for
   // cross-attention and the logits.
   template <class TokenAt>
-  RowMatrixXf forward(std::span<const int> seqs, Eigen::Index n, TokenAt token) {
-    const WhisperDims& d = w_->dims;
-    const auto B = static_cast<Eigen::Index>(seqs.size());
-    const Eigen::Index D = d.n_text_state;
-    x_.resize(n * B, D);
-    for (Eigen::Index p = 0; p < n; ++p)
-      for (Eigen::Index i = 0; i < B; ++i) {
-        auto row = x_.row(p * B + i);
-        w_->token_embedding.row_into(token(p, i), row);
-        row += w_->decoder_positions.row(length_[std::size_t(seqs[std::size_t(i)])] + p);
-      }
-    sub_.resize(n * B, D);
-    for (std::size_t l = 0; l < w_->decoder.size(); ++l) {
-      const DecoderBlock& b = w_->decoder[l];
-      if (n == 1)
-        self_[l].decode(seqs, layer_norm(x_, b.self_ln), sub_);
-      else
-        self_[l].prefill(seqs, layer_norm(x_, b.self_ln), sub_);
-      x_ += sub_;
-      const RowMatrixXf h = layer_norm(x_, b.cross_ln);
-      for (Eigen::Index p = 0; p < n; ++p) cross_.attend(static_cast<int>(l), seqs, h.middleRows(p * B, B), sub_.middleRows(p * B, B));
-      x_ += sub_;
-      RowMatrixXf hidden = dense_->linear(layer_norm(x_, b.mlp_ln), b.fc1);
-      gelu_inplace(hidden);
-      x_ += dense_->linear(hidden, b.fc2);
-    }
-    for (int seq : seqs) length_[std::size_t(seq)] += static_cast<int>(n);
-    const RowMatrixXf last = layer_norm(x_.bottomRows(B), w_->decoder_ln);  // (B, D): position n - 1
-    return dense_->project(last, w_->token_embedding);  // (B, n_vocab): tied output projection
-  }
+  RowMatrixXf forward(std::span<const int> seqs, Eigen::Index n, TokenAt token);
 
   const WhisperWeights* w_;
   Dense* dense_;
@@ -185,5 +134,77 @@ class Decoder {
   std::vector<int> length_;       // per sequence slot; -1 = closed
   RowMatrixXf x_, sub_;           // (n * B, d): hidden states, a sub-layer's output
 };
+
+template <class Policies>
+Decoder<Policies>::Decoder(const WhisperWeights& w, DecoderConfig cfg)
+    : w_(&w), dense_(cfg.dense ? cfg.dense : &eigen_dense()), cross_(w, checked(cfg)), length_(std::size_t(cfg.max_sequences), -1) {
+  self_.reserve(w.decoder.size());
+  for (std::size_t l = 0; l < w.decoder.size(); ++l) self_.emplace_back(w.decoder[l], w.dims, cfg, static_cast<int>(l));
+}
+
+template <class Policies>
+int Decoder<Policies>::open(ConstMatrixRef audio_features) {
+  const int seq = cross_.open(audio_features);
+  for (Self& s : self_)
+    if (s.open_sequence() != seq) throw Error("decoder: self- and cross-attention caches disagree on the sequence slot");
+  length_[std::size_t(seq)] = 0;
+  return seq;
+}
+
+template <class Policies>
+void Decoder<Policies>::close(int seq) {
+  check_open(seq);
+  cross_.close(seq);
+  for (Self& s : self_) s.close_sequence(seq);
+  length_[std::size_t(seq)] = -1;
+}
+
+template <class Policies>
+RowMatrixXf Decoder<Policies>::prefill(std::span<const int> seqs, std::span<const int> tokens) {
+  check(seqs, tokens, static_cast<int>(tokens.size()), "prefill");
+  return forward(seqs, static_cast<Eigen::Index>(tokens.size()), [&](Eigen::Index p, Eigen::Index) { return tokens[std::size_t(p)]; });
+}
+
+template <class Policies>
+RowMatrixXf Decoder<Policies>::decode(std::span<const int> seqs, std::span<const int> tokens) {
+  if (tokens.size() != seqs.size())
+    throw Error("decoder: decode got " + std::to_string(tokens.size()) + " tokens for " + std::to_string(seqs.size()) +
+                " sequences (one each)");
+  check(seqs, tokens, 1, "decode");
+  return forward(seqs, 1, [&](Eigen::Index, Eigen::Index i) { return tokens[std::size_t(i)]; });
+}
+
+template <class Policies>
+template <class TokenAt>
+RowMatrixXf Decoder<Policies>::forward(std::span<const int> seqs, Eigen::Index n, TokenAt token) {
+  const WhisperDims& d = w_->dims;
+  const auto B = static_cast<Eigen::Index>(seqs.size());
+  const Eigen::Index D = d.n_text_state;
+  x_.resize(n * B, D);
+  for (Eigen::Index p = 0; p < n; ++p)
+    for (Eigen::Index i = 0; i < B; ++i) {
+      auto row = x_.row(p * B + i);
+      w_->token_embedding.row_into(token(p, i), row);
+      row += w_->decoder_positions.row(length_[std::size_t(seqs[std::size_t(i)])] + p);
+    }
+  sub_.resize(n * B, D);
+  for (std::size_t l = 0; l < w_->decoder.size(); ++l) {
+    const DecoderBlock& b = w_->decoder[l];
+    if (n == 1)
+      self_[l].decode(seqs, layer_norm(x_, b.self_ln), sub_);
+    else
+      self_[l].prefill(seqs, layer_norm(x_, b.self_ln), sub_);
+    x_ += sub_;
+    const RowMatrixXf h = layer_norm(x_, b.cross_ln);
+    for (Eigen::Index p = 0; p < n; ++p) cross_.attend(static_cast<int>(l), seqs, h.middleRows(p * B, B), sub_.middleRows(p * B, B));
+    x_ += sub_;
+    RowMatrixXf hidden = dense_->linear(layer_norm(x_, b.mlp_ln), b.fc1);
+    gelu_inplace(hidden);
+    x_ += dense_->linear(hidden, b.fc2);
+  }
+  for (int seq : seqs) length_[std::size_t(seq)] += static_cast<int>(n);
+  const RowMatrixXf last = layer_norm(x_.bottomRows(B), w_->decoder_ln);  // (B, D): position n - 1
+  return dense_->project(last, w_->token_embedding);  // (B, n_vocab): tied output projection
+}
 
 }  // namespace polyattn::whisper

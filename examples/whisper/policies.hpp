@@ -56,6 +56,13 @@ using XCacheSharedE = DecoderPolicies<Self<self_kind::XCache>, Cross<cross::Shar
   X(::polyattn::whisper::combination::SharedE) X(::polyattn::whisper::combination::Hybrid)                      \
   X(::polyattn::whisper::combination::SlimKSharedE) X(::polyattn::whisper::combination::XCacheSharedE)
 
+// Every combination's Decoder is compiled once, in transcribe_cpu.cpp; the translation units that
+// include this header link it instead of compiling it again (decoder.hpp keeps the members that
+// instantiate the policies out of the class body, where `extern template` applies to them).
+#define POLYATTN_WHISPER_EXTERN_DECODER(P) extern template class Decoder<P>;
+POLYATTN_WHISPER_DECODER_COMBINATIONS(POLYATTN_WHISPER_EXTERN_DECODER)
+#undef POLYATTN_WHISPER_EXTERN_DECODER
+
 namespace detail {
 template <class Void, class... Ps>  // Void: the leading comma of the macro's ", P" items
 using combination_list = TypeList<Ps...>;
