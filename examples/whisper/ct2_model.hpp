@@ -6,9 +6,9 @@
 //   u32 n_aliases, n_aliases x { string alias, string variable_name }
 // where string = u16 length (including a trailing NUL) + bytes.
 // dtype: 0 float32, 1 int8, 2 int16, 3 int32, 4 float16, 5 bfloat16.
-// Float tensors are converted to float32 at load. Integer variables are kept only as
-// small metadata (num_heads, activation, ...); a quantized model (int8 weights with
-// *_scale variables) is refused with UnsupportedError.
+// Float tensors keep the precision they are stored in (stored_floats.hpp) until the weights take
+// them (take()). Integer variables are kept only as small metadata (num_heads, activation, ...);
+// a quantized model (int8 weights with *_scale variables) is refused with UnsupportedError.
 #pragma once
 
 #include <cmath>
@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>  // Eigen::half, Eigen::bfloat16
@@ -28,6 +29,7 @@
 #include "byte_reader.hpp"
 #include "checked_size.hpp"
 #include "error.hpp"
+#include "stored_floats.hpp"
 
 namespace polyattn::whisper {
 
@@ -49,8 +51,11 @@ struct Ct2Variable {
   std::string name;
   std::vector<std::int64_t> shape;  // row-major, outermost first; empty for a scalar
   Ct2DType dtype = Ct2DType::float32;  // dtype in the file
-  std::vector<float> values;           // float dtypes, converted to float32
+  StoredFloats elements;               // float dtypes, as stored; empty once taken (Ct2ModelBin::take)
   std::vector<std::int64_t> ints;      // integer dtypes
+
+  /// The float elements converted to float32 (exact).
+  std::vector<float> values() const { return elements.to_float(); }
 
   bool is_float() const { return dtype == Ct2DType::float32 || dtype == Ct2DType::float16 || dtype == Ct2DType::bfloat16; }
   // The product of the shape. parse() checked it against the variable's bytes, so it fits; a
@@ -91,7 +96,15 @@ class Ct2ModelBin {
     if (v.shape != expected)
       throw ModelError("model.bin: tensor '" + name + "' has shape " + shape_string(v.shape) + ", expected " +
                        shape_string(expected));
+    if (v.elements.size() != static_cast<std::size_t>(v.numel()))
+      throw ModelError("model.bin: tensor '" + name + "' was already taken");
     return v;
+  }
+
+  // tensor(name, expected)'s elements, moved out: the variable keeps its name and shape but no
+  // longer its data, so that the weights never hold a second copy of the file's tensors.
+  StoredFloats take(const std::string& name, const std::vector<std::int64_t>& expected) {
+    return std::exchange(const_cast<Ct2Variable&>(tensor(name, expected)).elements, StoredFloats{});
   }
 
   // An integer scalar (e.g. "encoder/num_heads").
@@ -161,20 +174,9 @@ inline Ct2ModelBin Ct2ModelBin::parse(std::span<const std::uint8_t> bytes, const
     const std::size_t n = static_cast<std::size_t>(*numel);  // at most n_bytes
     const std::uint8_t* p = data.data();
     switch (v.dtype) {
-      case Ct2DType::float32:
-        v.values.resize(n);
-        if (n) std::memcpy(v.values.data(), p, n * 4);
-        break;
-      case Ct2DType::float16:
-      case Ct2DType::bfloat16:
-        v.values.resize(n);
-        for (std::size_t k = 0; k < n; ++k) {
-          std::uint16_t h;
-          std::memcpy(&h, p + 2 * k, 2);
-          v.values[k] = v.dtype == Ct2DType::float16 ? static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(h))
-                                                     : static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(h));
-        }
-        break;
+      case Ct2DType::float32: v.elements = StoredFloats::from_bytes(p, n, StoredFloats::Precision::float32); break;
+      case Ct2DType::float16: v.elements = StoredFloats::from_bytes(p, n, StoredFloats::Precision::float16); break;
+      case Ct2DType::bfloat16: v.elements = StoredFloats::from_bytes(p, n, StoredFloats::Precision::bfloat16); break;
       case Ct2DType::int8:
         for (std::size_t k = 0; k < n; ++k) v.ints.push_back(static_cast<std::int8_t>(p[k]));
         break;

@@ -11,7 +11,8 @@
 //   tensors until end of file:
 //     i32 n_dims, i32 name_length, i32 type, i32 ne[n_dims], name, data
 //   ne[0] is the fastest-varying dimension (ggml order), so the PyTorch shape is ne
-//   reversed; type 0 = f32, 1 = f16 (quantized types are refused).
+//   reversed; type 0 = f32, 1 = f16 (quantized types are refused). Tensors keep the precision
+//   they are stored in (stored_floats.hpp) until the weights take them (GgmlModel::take).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>  // also Eigen::half
@@ -29,6 +31,7 @@
 #include "checked_size.hpp"
 #include "error.hpp"
 #include "matrix.hpp"
+#include "stored_floats.hpp"
 
 namespace polyattn::whisper {
 
@@ -43,7 +46,9 @@ struct GgmlTensor {
   std::string name;
   std::vector<std::int64_t> ne;  // ggml order: ne[0] fastest
   std::int32_t type = 0;         // 0 f32, 1 f16 in the file
-  std::vector<float> data;       // converted to f32
+  StoredFloats elements;         // as stored; empty once taken (GgmlModel::take)
+
+  std::vector<float> values() const { return elements.to_float(); }
 
   // PyTorch-order shape (outermost first).
   std::vector<std::int64_t> shape() const { return {ne.rbegin(), ne.rend()}; }
@@ -61,6 +66,14 @@ struct GgmlModel {
     const auto it = tensors.find(name);
     if (it == tensors.end()) throw ModelError("ggml: unknown tensor '" + name + "'");
     return it->second;
+  }
+
+  // The tensor's elements, moved out (the tensor keeps its name, type and shape): the weights
+  // never hold a second copy of the file's tensors.
+  StoredFloats take(const std::string& name) {
+    GgmlTensor& t = const_cast<GgmlTensor&>(tensor(name));
+    if (!shape_volume(t.ne) || t.elements.size() != *shape_volume(t.ne)) throw ModelError("ggml: tensor '" + name + "' was already taken");
+    return std::exchange(t.elements, StoredFloats{});
   }
 };
 
@@ -129,16 +142,7 @@ inline GgmlModel parse_ggml(std::span<const std::uint8_t> bytes, GgmlLoad mode =
       r.fail("tensor '" + t.name + "' has shape " + shape_string(t.shape()) + ", whose size does not fit in 64 bits");
     const auto data = r.bytes(static_cast<std::size_t>(*n_bytes), "tensor data of '" + t.name + "'");
     const std::size_t n = static_cast<std::size_t>(*numel);  // the bytes are there: n is bounded by the file
-    t.data.resize(n);
-    if (t.type == 0) {
-      std::memcpy(t.data.data(), data.data(), n * 4);
-    } else {
-      for (std::size_t k = 0; k < n; ++k) {
-        std::uint16_t v;
-        std::memcpy(&v, data.data() + 2 * k, 2);
-        t.data[k] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(v));
-      }
-    }
+    t.elements = StoredFloats::from_bytes(data.data(), n, t.type == 0 ? StoredFloats::Precision::float32 : StoredFloats::Precision::float16);
     const std::string name = t.name;
     if (!m.tensors.emplace(name, std::move(t)).second) r.fail("duplicate tensor '" + name + "'");
   }

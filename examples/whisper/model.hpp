@@ -21,6 +21,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ct2_model.hpp"
@@ -130,7 +131,7 @@ class WhisperModel {
   // A CTranslate2 model directory (model.bin, config.json, vocabulary.*).
   static WhisperModel load_ct2(const std::filesystem::path& dir) {
     Ct2ModelDir m = load_ct2_model_dir(dir);
-    WhisperWeights w = weights_from_ct2(m.model);
+    WhisperWeights w = weights_from_ct2(std::move(m.model));  // frees the file's tensors as it converts them
     Tokenizer tok = Tokenizer::from_byte_level(m.vocabulary);
     DecodingRules rules = default_rules(tok);
     apply_ct2_config(m.config, (dir / "config.json").string(), rules);
@@ -141,9 +142,9 @@ class WhisperModel {
   // tokens are the special ones only (openai-whisper's non-speech symbol list needs a BPE
   // encoder, which this example does not have).
   static WhisperModel load_ggml_file(const std::string& path) {
-    const GgmlModel g = load_ggml(path);
-    WhisperWeights w = weights_from_ggml(g);
+    GgmlModel g = load_ggml(path);
     Tokenizer tok = Tokenizer::from_raw_bytes(g.vocabulary, g.hparams.n_vocab);
+    WhisperWeights w = weights_from_ggml(std::move(g));  // frees the file's tensors as it converts them
     DecodingRules rules = default_rules(tok);
     return WhisperModel(std::move(w), std::move(tok), std::move(rules));
   }

@@ -1,6 +1,10 @@
 // Whisper's weights in one format-independent struct, and the two loaders that fill it:
 // CTranslate2 (WhisperSpec) and whisper.cpp ggml. Shapes are checked against dimensions
 // derived from the model itself; a missing or misshapen tensor is a ModelError naming it.
+// The loaders take the parsed file by value and move each tensor out of it as they convert it
+// (take()), so that a file's tensors and the weights made from them are never all resident at
+// once: tiny.en loads at the peak of its float16 file plus the float weights, not of both plus a
+// float copy of the file.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +16,7 @@
 #include "ggml_model.hpp"
 #include "layers.hpp"
 #include "matrix.hpp"
+#include "stored_floats.hpp"
 #include "token_embedding.hpp"
 
 namespace polyattn::whisper {
@@ -80,18 +85,27 @@ struct WhisperWeights {
 
 namespace detail {
 
-inline RowMatrixXf to_matrix(const std::vector<float>& v, Eigen::Index rows, Eigen::Index cols) {
-  return Eigen::Map<const RowMatrixXf>(v.data(), rows, cols);
+// The loaders checked the shapes: `s` holds rows * cols elements.
+inline RowMatrixXf to_matrix(const StoredFloats& s, Eigen::Index rows, Eigen::Index cols) {
+  RowMatrixXf m(rows, cols);
+  s.to_float(m.data());
+  return m;
 }
-// The token embedding from its values as float, in the precision the file stores it in: float16
-// values convert back to float16 exactly.
-inline TokenEmbedding to_token_embedding(const std::vector<float>& v, Eigen::Index rows, Eigen::Index cols, bool stored_as_float16) {
-  const Eigen::Map<const RowMatrixXf> values(v.data(), rows, cols);
-  if (stored_as_float16) return TokenEmbedding(TokenEmbedding::HalfMatrix(values.cast<Eigen::half>()));
-  return TokenEmbedding(RowMatrixXf(values));
+inline RowVectorXf to_vector(const StoredFloats& s) {
+  RowVectorXf v(static_cast<Eigen::Index>(s.size()));
+  s.to_float(v.data());
+  return v;
 }
-inline RowVectorXf to_vector(const std::vector<float>& v) {
-  return Eigen::Map<const RowVectorXf>(v.data(), static_cast<Eigen::Index>(v.size()));
+// The token embedding in the precision the file stores it in: float16 stays float16 (copied, not
+// converted); float32 and bfloat16 become float.
+inline TokenEmbedding to_token_embedding(const StoredFloats& s, Eigen::Index rows, Eigen::Index cols) {
+  if (s.precision() == StoredFloats::Precision::float16)
+    return TokenEmbedding(TokenEmbedding::HalfMatrix(Eigen::Map<const TokenEmbedding::HalfMatrix>(s.halfs().data(), rows, cols)));
+  return TokenEmbedding(to_matrix(s, rows, cols));
+}
+// Conv1d weights (out, in, 3) in PyTorch order, as layers.hpp conv1d_k3 wants them (k-major).
+inline RowMatrixXf to_conv_weight(const StoredFloats& s, Eigen::Index out, Eigen::Index in) {
+  return conv_weight_k_major(s.to_float().data(), out, in);
 }
 
 // Stacks linears row-wise: [a; b; ...] (for fused q/k/v projections).
@@ -118,7 +132,7 @@ inline int count_layers(const auto& has_prefix, const std::string& stem) {
 
 // ---- CTranslate2 -------------------------------------------------------------------
 
-inline WhisperWeights weights_from_ct2(const Ct2ModelBin& m) {
+inline WhisperWeights weights_from_ct2(Ct2ModelBin m) {
   if (m.spec_name != "WhisperSpec")
     throw UnsupportedError("model.bin: spec '" + m.spec_name + "' is not a Whisper model (expected WhisperSpec)");
   WhisperWeights w;
@@ -178,17 +192,17 @@ inline WhisperWeights weights_from_ct2(const Ct2ModelBin& m) {
 
   const std::int64_t D = d.n_audio_state;
   auto mat = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
-    return detail::to_matrix(m.tensor(name, {rows, cols}).values, rows, cols);
+    return detail::to_matrix(m.take(name, {rows, cols}), rows, cols);
   };
-  auto vec = [&](const std::string& name, std::int64_t n) { return detail::to_vector(m.tensor(name, {n}).values); };
+  auto vec = [&](const std::string& name, std::int64_t n) { return detail::to_vector(m.take(name, {n})); };
   auto lin = [&](const std::string& p, std::int64_t out, std::int64_t in) {
     return Linear{mat(p + "/weight", out, in), m.contains(p + "/bias") ? vec(p + "/bias", out) : RowVectorXf(RowVectorXf::Zero(out))};
   };
   auto ln = [&](const std::string& p) { return LayerNorm{vec(p + "/gamma", D), vec(p + "/beta", D)}; };
 
-  w.conv1_w = conv_weight_k_major(m.tensor("encoder/conv1/weight", {D, d.n_mels, 3}).values.data(), D, d.n_mels);
+  w.conv1_w = detail::to_conv_weight(m.take("encoder/conv1/weight", {D, d.n_mels, 3}), D, d.n_mels);
   w.conv1_b = vec("encoder/conv1/bias", D);
-  w.conv2_w = conv_weight_k_major(m.tensor("encoder/conv2/weight", {D, D, 3}).values.data(), D, D);
+  w.conv2_w = detail::to_conv_weight(m.take("encoder/conv2/weight", {D, D, 3}), D, D);
   w.conv2_b = vec("encoder/conv2/bias", D);
   w.encoder_positions = sinusoids(d.n_audio_ctx, D);
   for (int i = 0; i < d.n_audio_layer; ++i) {
@@ -198,10 +212,7 @@ inline WhisperWeights weights_from_ct2(const Ct2ModelBin& m) {
                          lin(p + "/ffn/linear_0", 4 * D, D), lin(p + "/ffn/linear_1", D, 4 * D)});
   }
   w.encoder_ln = ln("encoder/layer_norm");
-  {
-    const Ct2Variable& e = m.tensor("decoder/embeddings/weight", {d.n_vocab, D});
-    w.token_embedding = detail::to_token_embedding(e.values, d.n_vocab, D, e.dtype == Ct2DType::float16);
-  }
+  w.token_embedding = detail::to_token_embedding(m.take("decoder/embeddings/weight", {d.n_vocab, D}), d.n_vocab, D);
   w.decoder_positions = mat("decoder/position_encodings/encodings", d.n_text_ctx, D);
   for (int i = 0; i < d.n_text_layer; ++i) {
     const std::string p = "decoder/layer_" + std::to_string(i);
@@ -217,7 +228,7 @@ inline WhisperWeights weights_from_ct2(const Ct2ModelBin& m) {
 
 // ---- whisper.cpp ggml (PyTorch names) ----------------------------------------------
 
-inline WhisperWeights weights_from_ggml(const GgmlModel& g) {
+inline WhisperWeights weights_from_ggml(GgmlModel g) {
   WhisperWeights w;
   WhisperDims& d = w.dims;
   const GgmlHparams& h = g.hparams;
@@ -228,21 +239,21 @@ inline WhisperWeights weights_from_ggml(const GgmlModel& g) {
     throw ModelError("ggml: inconsistent widths/heads in hparams");
   const std::int64_t D = d.n_audio_state;
 
-  // Tensor by name with its PyTorch shape checked; trailing size-1 dimensions (whisper.cpp
+  // Tensor by name with its PyTorch shape checked, taken; trailing size-1 dimensions (whisper.cpp
   // stores conv biases as (d, 1)) are ignored.
-  auto get = [&](const std::string& name, std::vector<std::int64_t> shape) -> const std::vector<float>& {
+  auto take = [&](const std::string& name, std::vector<std::int64_t> shape) {
     const GgmlTensor& t = g.tensor(name);
     std::vector<std::int64_t> s = t.shape();
     while (s.size() > shape.size() && s.back() == 1) s.pop_back();
     if (s != shape)
       throw ModelError("ggml: tensor '" + name + "' has shape " + shape_string(t.shape()) + ", expected " +
                        shape_string(shape));
-    return t.data;
+    return g.take(name);
   };
   auto mat = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
-    return detail::to_matrix(get(name, {rows, cols}), rows, cols);
+    return detail::to_matrix(take(name, {rows, cols}), rows, cols);
   };
-  auto vec = [&](const std::string& name, std::int64_t n) { return detail::to_vector(get(name, {n})); };
+  auto vec = [&](const std::string& name, std::int64_t n) { return detail::to_vector(take(name, {n})); };
   auto lin = [&](const std::string& p, std::int64_t out, std::int64_t in, bool bias = true) {
     return Linear{mat(p + ".weight", out, in), bias ? vec(p + ".bias", out) : RowVectorXf(RowVectorXf::Zero(out))};
   };
@@ -251,9 +262,9 @@ inline WhisperWeights weights_from_ggml(const GgmlModel& g) {
     return detail::stack({lin(p + ".query", D, D), lin(p + ".key", D, D, false), lin(p + ".value", D, D)});
   };
 
-  w.conv1_w = conv_weight_k_major(get("encoder.conv1.weight", {D, d.n_mels, 3}).data(), D, d.n_mels);
+  w.conv1_w = detail::to_conv_weight(take("encoder.conv1.weight", {D, d.n_mels, 3}), D, d.n_mels);
   w.conv1_b = vec("encoder.conv1.bias", D);
-  w.conv2_w = conv_weight_k_major(get("encoder.conv2.weight", {D, D, 3}).data(), D, D);
+  w.conv2_w = detail::to_conv_weight(take("encoder.conv2.weight", {D, D, 3}), D, D);
   w.conv2_b = vec("encoder.conv2.bias", D);
   w.encoder_positions = sinusoids(d.n_audio_ctx, D);
   for (int i = 0; i < d.n_audio_layer; ++i) {
@@ -262,8 +273,7 @@ inline WhisperWeights weights_from_ggml(const GgmlModel& g) {
                          lin(p + ".mlp.0", 4 * D, D), lin(p + ".mlp.2", D, 4 * D)});
   }
   w.encoder_ln = ln("encoder.ln_post");
-  w.token_embedding = detail::to_token_embedding(get("decoder.token_embedding.weight", {d.n_vocab, D}), d.n_vocab, D,
-                                                 g.tensor("decoder.token_embedding.weight").type == 1);
+  w.token_embedding = detail::to_token_embedding(take("decoder.token_embedding.weight", {d.n_vocab, D}), d.n_vocab, D);
   w.decoder_positions = mat("decoder.positional_embedding", d.n_text_ctx, D);
   for (int i = 0; i < d.n_text_layer; ++i) {
     const std::string p = "decoder.blocks." + std::to_string(i);

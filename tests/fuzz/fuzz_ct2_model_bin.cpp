@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   return polyattn_fuzz::run_one(data, size, [](std::span<const std::uint8_t> bytes) {
     const pw::Ct2ModelBin m = pw::Ct2ModelBin::parse(bytes);
     for (const auto& [name, v] : m.variables())
-      polyattn_fuzz::check_element_count("variable '" + name + "'", v.shape, v.is_float() ? v.values.size() : v.ints.size());
+      polyattn_fuzz::check_element_count("variable '" + name + "'", v.shape, v.is_float() ? v.elements.size() : v.ints.size());
     for (const auto& [alias, target] : m.aliases())
       if (&m.get(alias) != &m.get(target)) polyattn_fuzz::broken("alias '" + alias + "' does not resolve to '" + target + "'");
     polyattn_fuzz::check_weights(pw::weights_from_ct2(m));

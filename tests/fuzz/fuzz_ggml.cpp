@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const pw::GgmlModel g = pw::parse_ggml(bytes);
     check_header(g);
     for (const auto& [name, t] : g.tensors) {
-      polyattn_fuzz::check_element_count("tensor '" + name + "'", t.ne, t.data.size());
+      polyattn_fuzz::check_element_count("tensor '" + name + "'", t.ne, t.elements.size());
       if (t.ne.empty()) polyattn_fuzz::broken("tensor '" + name + "' has no dimensions");
     }
     polyattn_fuzz::check_weights(pw::weights_from_ggml(g));

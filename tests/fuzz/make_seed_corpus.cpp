@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
   // ggml: header, filters and vocabulary only; two tensors (f32, f16); a Whisper model.
   write("ggml", "header-only", whisper_test::write_ggml({}));
   {
-    polyattn::whisper::GgmlTensor a{"encoder.conv1.weight", {3, 4, 2}, 0, {}};
-    polyattn::whisper::GgmlTensor b{"decoder.token_embedding.weight", {4, 5}, 1, {}};
+    whisper_test::GgmlTensorSpec a{"encoder.conv1.weight", {3, 4, 2}, 0, {}};
+    whisper_test::GgmlTensorSpec b{"decoder.token_embedding.weight", {4, 5}, 1, {}};
     for (int i = 0; i < 24; ++i) a.data.push_back(rng.normal_ish());
     for (int i = 0; i < 20; ++i) b.data.push_back(rng.normal_ish());
     write("ggml", "f32-and-f16", whisper_test::write_ggml({a, b}));

@@ -21,7 +21,6 @@
 
 namespace whisper_test {
 
-using polyattn::whisper::GgmlTensor;
 using polyattn::whisper::kGgmlMagic;
 
 // IEEE binary16 bits of f, rounded to nearest even (Eigen::half: clang before 15 has no _Float16
@@ -87,8 +86,17 @@ inline std::vector<std::uint8_t> small_ct2() { return small_ct2_bytes().b; }
 
 // ---- whisper.cpp ggml ---------------------------------------------------------------
 
+// A tensor of a synthetic ggml file: ggml dimensions (ne[0] fastest), ggml type (0 f32, 1 f16:
+// `data` rounded to float16 as it is written; others have no writer and are the reader's to refuse).
+struct GgmlTensorSpec {
+  std::string name;
+  std::vector<std::int64_t> ne;
+  std::int32_t type = 0;
+  std::vector<float> data;
+};
+
 // A ggml file with small hparams (ftype f16), a 3x2 filter bank, three tokens and `tensors`.
-inline Bytes ggml_bytes(const std::vector<GgmlTensor>& tensors) {
+inline Bytes ggml_bytes(const std::vector<GgmlTensorSpec>& tensors) {
   Bytes b;
   b.put<std::uint32_t>(kGgmlMagic);
   for (std::int32_t v : {50300, 8, 4, 2, 1, 6, 4, 2, 1, 3, 1}) b.put(v);  // small hparams, ftype f16
@@ -110,7 +118,7 @@ inline Bytes ggml_bytes(const std::vector<GgmlTensor>& tensors) {
   return b;
 }
 
-inline std::vector<std::uint8_t> write_ggml(const std::vector<GgmlTensor>& tensors) { return ggml_bytes(tensors).b; }
+inline std::vector<std::uint8_t> write_ggml(const std::vector<GgmlTensorSpec>& tensors) { return ggml_bytes(tensors).b; }
 
 // ---- RIFF/WAVE ----------------------------------------------------------------------
 

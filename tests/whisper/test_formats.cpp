@@ -27,8 +27,8 @@ TEST_SUITE("ct2") {
     std::vector<std::uint16_t> all(0x10000);
     for (std::uint32_t h = 0; h < 0x10000; ++h) all[h] = static_cast<std::uint16_t>(h);
     const Ct2ModelBin m = Ct2ModelBin::parse(write_ct2({{"h", {0x10000}, 4, raw(all)}, {"b", {0x10000}, 5, raw(all)}}, {}));
-    const std::vector<float>& half = m.get("h").values;
-    const std::vector<float>& bf16 = m.get("b").values;
+    const std::vector<float> half = m.get("h").values();
+    const std::vector<float> bf16 = m.get("b").values();
     REQUIRE(half.size() == 0x10000);
     REQUIRE(bf16.size() == 0x10000);
     CHECK(half[0x3C00] == 1.0f);
@@ -60,14 +60,25 @@ TEST_SUITE("ct2") {
     CHECK(m.spec_name == "WhisperSpec");
     CHECK(m.spec_revision == 3);
     const Ct2Variable& e = m.tensor("decoder/embeddings/weight", {2, 3});
-    CHECK(e.values == std::vector<float>{1.0f, -2.0f, 0.5f, 0.0f, 65504.0f, -std::ldexp(1.0f, -24)});
+    CHECK(e.values() == std::vector<float>{1.0f, -2.0f, 0.5f, 0.0f, 65504.0f, -std::ldexp(1.0f, -24)});
     CHECK(&m.get("decoder/projection/weight") == &e);
-    CHECK(m.tensor("encoder/conv1/bias", {4}).values[3] == 8.0f);
+    CHECK(m.tensor("encoder/conv1/bias", {4}).values()[3] == 8.0f);
     CHECK(m.scalar_int("encoder/num_heads") == 6);
     CHECK(m.scalar_int("decoder/activation") == 3);
     CHECK_THROWS_WITH_AS(m.get("encoder/nope"), doctest::Contains("encoder/nope"), ModelError);
     CHECK_THROWS_WITH_AS(m.tensor("encoder/conv1/bias", {5}), doctest::Contains("[4]"), ModelError);
     CHECK_THROWS_AS(m.tensor("encoder/num_heads", {}), UnsupportedError);
+
+    // take() moves a tensor's elements out, in the file's precision; the variable keeps its shape,
+    // and using it again (by name or by alias) is an error, never an empty tensor.
+    Ct2ModelBin taken = m;
+    const StoredFloats elements = taken.take("decoder/embeddings/weight", {2, 3});
+    CHECK(elements.precision() == StoredFloats::Precision::float16);
+    CHECK(elements.to_float() == e.values());
+    CHECK(taken.get("decoder/embeddings/weight").shape == std::vector<std::int64_t>{2, 3});
+    CHECK_THROWS_WITH_AS(taken.take("decoder/projection/weight", {2, 3}), doctest::Contains("already taken"), ModelError);
+    CHECK_THROWS_WITH_AS(taken.tensor("decoder/embeddings/weight", {2, 3}), doctest::Contains("already taken"), ModelError);
+    CHECK(m.tensor("decoder/embeddings/weight", {2, 3}).values() == e.values());  // the copy was taken from, not m
     CHECK_THROWS_AS(m.scalar_int("encoder/conv1/bias"), ModelError);
   }
 
@@ -148,7 +159,7 @@ TEST_SUITE("ct2") {
     // A zero-volume shape whose product fits is a valid empty tensor.
     const Ct2ModelBin empty = Ct2ModelBin::parse(write_ct2({{"x", {1u << 20, 0, 1u << 24}, 0, {}}}, {}));
     CHECK(empty.get("x").numel() == 0);
-    CHECK(empty.get("x").values.empty());
+    CHECK(empty.get("x").elements.size() == 0);
   }
 
   TEST_CASE("the audio context is Whisper's 1500 frames before anything is sized from it (issue 11, bug 2)") {
@@ -177,7 +188,7 @@ TEST_SUITE("ct2") {
     const Ct2ModelDir d = load_ct2_model_dir(dir);
     CHECK(d.model.spec_name == "WhisperSpec");
     CHECK(d.model.scalar_int("encoder/num_heads") == 6);
-    CHECK(d.model.tensor("encoder/conv1/weight", {384, 80, 3}).values.size() == 384 * 80 * 3);
+    CHECK(d.model.tensor("encoder/conv1/weight", {384, 80, 3}).elements.size() == 384 * 80 * 3);
     CHECK(d.vocabulary.size() == 51864);
     CHECK(d.config.contains("suppress_ids"));
   }
@@ -270,8 +281,8 @@ TEST_SUITE("ggml") {
 
   TEST_CASE("random tensors round trip (f32 and f16)") {
     whisper_test::Rng rng(5);
-    GgmlTensor a{"encoder.conv1.weight", {3, 4, 2}, 0, {}};
-    GgmlTensor b{"decoder.token_embedding.weight", {4, 5}, 1, {}};
+    whisper_test::GgmlTensorSpec a{"encoder.conv1.weight", {3, 4, 2}, 0, {}};
+    whisper_test::GgmlTensorSpec b{"decoder.token_embedding.weight", {4, 5}, 1, {}};
     for (int i = 0; i < 24; ++i) a.data.push_back(rng.normal_ish());
     for (int i = 0; i < 20; ++i) b.data.push_back(static_cast<float>(Eigen::half(rng.normal_ish())));
     const auto bytes = write_ggml({a, b});
@@ -280,11 +291,15 @@ TEST_SUITE("ggml") {
     CHECK(m.mel_filters(2, 1) == 5.0f);
     CHECK(m.vocabulary == std::vector<std::string>{"a", " b", "\xC3\xA9"});
     REQUIRE(m.tensors.size() == 2);
-    CHECK(m.tensor("encoder.conv1.weight").data == a.data);
+    CHECK(m.tensor("encoder.conv1.weight").values() == a.data);
     CHECK(m.tensor("encoder.conv1.weight").shape() == std::vector<std::int64_t>{2, 4, 3});
-    CHECK(m.tensor("decoder.token_embedding.weight").data == b.data);
+    CHECK(m.tensor("decoder.token_embedding.weight").values() == b.data);
     CHECK(m.tensor("decoder.token_embedding.weight").type == 1);
     CHECK_THROWS_AS(m.tensor("nope"), ModelError);
+    GgmlModel taken = m;  // take(): the elements move out in the file's precision, once
+    CHECK(taken.take("decoder.token_embedding.weight").precision() == StoredFloats::Precision::float16);
+    CHECK(taken.take("encoder.conv1.weight").to_float() == a.data);
+    CHECK_THROWS_WITH_AS(taken.take("encoder.conv1.weight"), doctest::Contains("already taken"), ModelError);
 
     // Truncation: throw, or (cut exactly between tensors) load fewer tensors.
     for (std::size_t n = 0; n < bytes.size(); ++n) {
@@ -306,16 +321,16 @@ TEST_SUITE("ggml") {
     auto bad = bytes;
     bad[0] = 0;
     CHECK_THROWS_WITH_AS(parse_ggml(bad), doctest::Contains("bad magic"), FormatError);
-    GgmlTensor q{"x", {2}, 2, {0, 0}};  // Q4_0
+    whisper_test::GgmlTensorSpec q{"x", {2}, 2, {0, 0}};  // Q4_0
     CHECK_THROWS_AS(parse_ggml(write_ggml({q})), UnsupportedError);
   }
 
   TEST_CASE("tensor element counts are checked, never wrapped (issue 11, bug 3)") {
     // 4323 x 7623851 x 1119412321 = 2 * 2^64 + 1 wrapped to one element: one float loaded as
     // a tensor of that shape. 2^20 x 2^20 x 2^24 = 2^64 wrapped to an empty one.
-    GgmlTensor one{"x", {4323, 7623851, 1119412321}, 0, {1.0f}};
+    whisper_test::GgmlTensorSpec one{"x", {4323, 7623851, 1119412321}, 0, {1.0f}};
     CHECK_THROWS_WITH_AS(parse_ggml(write_ggml({one})), doctest::Contains("[1119412321, 7623851, 4323]"), FormatError);
-    GgmlTensor none{"x", {1 << 20, 1 << 20, 1 << 24}, 0, {}};
+    whisper_test::GgmlTensorSpec none{"x", {1 << 20, 1 << 20, 1 << 24}, 0, {}};
     CHECK_THROWS_WITH_AS(parse_ggml(write_ggml({none})), doctest::Contains("'x'"), FormatError);
   }
 

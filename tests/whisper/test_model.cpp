@@ -52,7 +52,7 @@ TEST_SUITE("model") {
 
     // The computed sinusoids equal the model's stored (fp16) encoder positions.
     const Ct2ModelBin bin = Ct2ModelBin::parse(read_file_bytes(dir + "/model.bin"));
-    const RowMatrixXf stored = detail::to_matrix(bin.tensor("encoder/position_encodings/encodings", {1500, 384}).values, 1500, 384);
+    const RowMatrixXf stored = detail::to_matrix(bin.tensor("encoder/position_encodings/encodings", {1500, 384}).elements, 1500, 384);
     CHECK((stored - model.weights().encoder_positions).cwiseAbs().maxCoeff() < 1e-3f);
     // The package ships float16 weights; the token embedding (the tied logits) stays float16,
     // holding exactly the file's values.
@@ -60,7 +60,7 @@ TEST_SUITE("model") {
     CHECK(embedding.dtype == Ct2DType::float16);
     CHECK(model.weights().token_embedding.is_half());
     CHECK(model.weights().token_embedding.bytes() == std::size_t(51864) * 384 * 2);
-    CHECK(model.weights().token_embedding.as_float() == detail::to_matrix(embedding.values, 51864, 384));
+    CHECK(model.weights().token_embedding.as_float() == detail::to_matrix(embedding.elements, 51864, 384));
 
     const std::vector<std::vector<float>> jfk{load_audio_16k_mono(wav)};
     const Transcription result = model.transcribe(std::span<const std::vector<float>>(jfk), {.batch = 1, .threads = 1});
