@@ -143,14 +143,9 @@ int main(int argc, char** argv) {
     backend->check_policies(self, cross);
     backend->check_device();
 
-    const auto t0 = std::chrono::steady_clock::now();
-    const pw::WhisperModel model = std::filesystem::is_directory(model_path) ? pw::WhisperModel::load_ct2(model_path)
-                                                                              : pw::WhisperModel::load_ggml_file(model_path);
-    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "model: %s (%d+%d layers, d=%d, vocab %d) loaded in %.0f ms, %d thread(s)\n", model_path.c_str(),
-                 model.dims().n_audio_layer, model.dims().n_text_layer, model.dims().n_audio_state, model.dims().n_vocab,
-                 load_ms, Eigen::nbThreads());
-
+    // Every audio file is read (and resampled) before the model loads: a bad file costs no load,
+    // and when none can be read nothing else happens. The files that can be read are transcribed
+    // and reported; the exit status stays non-zero.
     std::vector<std::vector<float>> samples;
     std::vector<std::string> paths;
     int failures = 0;
@@ -163,6 +158,16 @@ int main(int argc, char** argv) {
         ++failures;
       }
     }
+    if (samples.empty()) return 1;
+
+    const auto t0 = std::chrono::steady_clock::now();
+    const pw::WhisperModel model = std::filesystem::is_directory(model_path) ? pw::WhisperModel::load_ct2(model_path)
+                                                                              : pw::WhisperModel::load_ggml_file(model_path);
+    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "model: %s (%d+%d layers, d=%d, vocab %d) loaded in %.0f ms, %d thread(s)\n", model_path.c_str(),
+                 model.dims().n_audio_layer, model.dims().n_text_layer, model.dims().n_audio_state, model.dims().n_vocab,
+                 load_ms, Eigen::nbThreads());
+
 
     pw::TranscribeOptions opt;
     opt.batch = batch;

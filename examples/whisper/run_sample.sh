@@ -5,9 +5,26 @@
 # Sample: ../shared/data/jfk.wav when present, otherwise a sentence spoken by espeak-ng.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bash .ci/setup
-cmake --preset release >/dev/null
-cmake --build --preset release --target whisper
+# Each set-up step prints one line; its full output goes to build/run_sample-setup.log, whose
+# end is shown if the step fails.
+mkdir -p build
+setup_log=build/run_sample-setup.log
+: >"$setup_log"
+step() {
+  local what=$1 start=$SECONDS
+  shift
+  printf '%s ... ' "$what"
+  if "$@" >>"$setup_log" 2>&1; then
+    echo "done ($((SECONDS - start)) s)"
+  else
+    echo "FAILED; the end of $setup_log:"
+    tail -n 30 "$setup_log"
+    exit 1
+  fi
+}
+step "installing Debian packages and the tiny.en model (.ci/setup)" bash .ci/setup
+step "configuring the release build" cmake --preset release
+step "building the whisper example" cmake --build --preset release --target whisper
 whisper=build/release/examples/whisper/whisper
 audio=../shared/data/jfk.wav
 if [[ ! -f "$audio" ]]; then

@@ -56,4 +56,28 @@ TEST_SUITE("cli") {
     CHECK(whole.err.find("text context") == std::string::npos);
     for (const auto& f : {never_ends, ends, wav}) std::filesystem::remove(f);
   }
+
+  TEST_CASE("the CLI reads every audio file before it loads the model, and reports only the files it transcribed") {
+    const std::string model = whisper_test::temp_path("cli_audio_first.ggml.bin"), wav = whisper_test::temp_path("cli_audio_first.wav"),
+                      missing = whisper_test::temp_path("cli_never_written.wav");
+    whisper_test::write_file(model, whisper_test::fixed_output_ggml(24.0f));
+    whisper_test::write_file(wav, whisper_test::make_wav(1, 1, 16000, 16, whisper_test::pcm16(std::vector<std::int16_t>(16000, 0))));
+
+    // No readable audio: the error names the file, and the model (here not even a file) is never opened.
+    const CliRun none = run_cli("--threads 1 --model " + whisper_test::temp_path("cli_no_such_model.bin") + " --audio " + missing);
+    INFO("stderr:\n" << none.err);
+    CHECK(none.status != 0);
+    CHECK(none.out.empty());
+    CHECK(none.err.find("error: " + missing + ": ") != std::string::npos);
+    CHECK(none.err.find("model") == std::string::npos);
+
+    // One readable file among two: it is transcribed and reported, the other is named, the status says so.
+    const CliRun some = run_cli("--threads 1 --model " + model + " --audio " + missing + " " + wav);
+    INFO("stderr:\n" << some.err);
+    CHECK(some.status != 0);
+    CHECK(some.out == wav + ":b\n");
+    CHECK(some.err.find("error: " + missing + ": ") < some.err.find("model: "));
+    CHECK(some.err.find("1 file(s)") != std::string::npos);
+    for (const auto& f : {model, wav}) std::filesystem::remove(f);
+  }
 }
