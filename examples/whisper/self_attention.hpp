@@ -23,6 +23,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -69,17 +70,25 @@ concept SelfAttentionPolicy =
       { cs.note() } -> std::convertible_to<std::string>;
     };
 
+// A projection of a self-attention layer: the model's own Linear, borrowed where a policy uses it
+// as it is (the MHA projections, W_o of most kinds), so that the weights are not held twice (the
+// model outlives every decoder built on it, which keeps a pointer to it anyway), or a Linear a
+// conversion made, owned.
+using LayerLinear = std::shared_ptr<const Linear>;
+inline LayerLinear borrowed(const Linear& l) { return LayerLinear(LayerLinear(), &l); }  // aliasing constructor: owns nothing
+inline LayerLinear owned(Linear l) { return std::make_shared<const Linear>(std::move(l)); }
+
 // One layer's self-attention as a polyattn Variant, produced by a Kind's convert().
 template <class Variant>
 struct SelfLayerWeights {
   AttentionShape shape;
-  // x -> [q | part 0 | part 1 ...] in one GEMM: (q_width + sum(parts), d). Empty for a variant
+  // x -> [q | part 0 | part 1 ...] in one GEMM: (q_width + sum(parts), d). Null for a variant
   // that queries and caches x itself (XCache): then q_width is 0 and the one part is x.
-  Linear in;
+  LayerLinear in;
   Eigen::Index q_width = 0;
   std::vector<Eigen::Index> parts;  // widths of the cached parts, in Variant::Rows order
   typename Variant::Params params;
-  Linear out;        // (d, output width): W_o with any bias the conversion folded into it
+  LayerLinear out;   // (d, output width): W_o with any bias the conversion folded into it
   std::string note;  // what the conversion measured
 };
 
@@ -91,10 +100,10 @@ inline AttentionShape self_attention_shape(const WhisperDims& d) {
 inline SelfLayerWeights<Mha> mha_self_layer(const DecoderBlock& b, const WhisperDims& d) {
   SelfLayerWeights<Mha> w;
   w.shape = self_attention_shape(d);
-  w.in = b.self_qkv;
+  w.in = borrowed(b.self_qkv);
   w.q_width = d.n_text_state;
   w.parts = {d.n_text_state, d.n_text_state};
-  w.out = b.self_out;
+  w.out = borrowed(b.self_out);
   return w;
 }
 
@@ -148,7 +157,7 @@ class VariantSelfLayer {
                     }),
                     Mask::causal, detail::strided_rows(att_.data() + i * ow, n, ow, B * ow));
     }
-    dense_->linear_into(att_, w_.out, out);
+    dense_->linear_into(att_, *w_.out, out);
   }
 
   void decode(std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) {
@@ -158,7 +167,7 @@ class VariantSelfLayer {
                  detail::make_rows<Variant, Parts>(
                      [&](std::size_t p) { return detail::strided_rows(rows.data + part_offset(p), x.rows(), w_.parts[p], rows.stride); }),
                  att_);
-    dense_->linear_into(att_, w_.out, out);
+    dense_->linear_into(att_, *w_.out, out);
   }
 
   CacheUse cache_use() const {
@@ -178,13 +187,14 @@ class VariantSelfLayer {
  private:
   static SelfLayerWeights<Variant> check(SelfLayerWeights<Variant> w) {
     require<ShapeError>(w.parts.size() == Parts, Variant::name(), ": ", w.parts.size(), " cached parts, expected ", Parts);
-    const bool projects = w.in.weight.size() > 0;
+    require<ShapeError>(w.out != nullptr, Variant::name(), ": no output projection");
+    const bool projects = w.in != nullptr;
     require<ShapeError>(projects || (w.q_width == 0 && Parts == 1), Variant::name(),
                         ": without an input projection the query and the one cached part are x itself");
     return w;
   }
 
-  bool projects() const { return w_.in.weight.size() > 0; }
+  bool projects() const { return w_.in != nullptr; }
   Eigen::Index query_width() const { return projects() ? w_.q_width : w_.parts[0]; }
   Eigen::Index part_offset(std::size_t p) const {
     Eigen::Index offset = w_.q_width;
@@ -201,7 +211,7 @@ class VariantSelfLayer {
   ProjectedRows project(ConstMatrixRef x) {
     if (!projects()) return {x.data(), x.outerStride()};
     buf_.resize(x.rows(), width_);
-    dense_->linear_into(x, w_.in, buf_);
+    dense_->linear_into(x, *w_.in, buf_);
     return {buf_.data(), width_};
   }
 

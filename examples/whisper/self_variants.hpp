@@ -55,13 +55,13 @@ struct SlimK {
     SelfLayerWeights<variant> w;
     w.shape = self_attention_shape(d);
     // [q | k]: the key bias is dropped (it shifts every score of a query equally; Whisper's is 0).
-    w.in.weight = b.self_qkv.weight.topRows(2 * e);
-    w.in.bias = RowVectorXf::Zero(2 * e);
-    w.in.bias.head(e) = b.self_qkv.bias.head(e);
+    Linear in{b.self_qkv.weight.topRows(2 * e), RowVectorXf::Zero(2 * e)};
+    in.bias.head(e) = b.self_qkv.bias.head(e);
+    w.in = owned(std::move(in));
     w.q_width = e;
     w.parts = {e};
     w.params.w_kv = std::move(slim.w_kv);
-    w.out = {b.self_out.weight, slim.b_o};  // b_o' = b_v W_o + b_o carries the value bias
+    w.out = owned({b.self_out.weight, slim.b_o});  // b_o' = b_v W_o + b_o carries the value bias
     w.note = slim.report.summary();
     return w;
   }
@@ -78,7 +78,7 @@ struct XCache {
     w.shape = self_attention_shape(d);
     w.parts = {d.n_text_state};  // no input projection: queries and cache rows are x
     w.params = make_x_cache_params(self_attention_weights(b), w.shape);
-    w.out = b.self_out;
+    w.out = borrowed(b.self_out);
     return w;
   }
 };
@@ -101,16 +101,16 @@ struct Mla {
     SelfLayerWeights<variant> w;
     w.shape = shape;
     // [q' | latent | kept key dims], q' with its columns permuted as the keys' are.
-    w.in.weight.resize(e + Rank + kept, d.n_text_state);
-    w.in.weight.topRows(e) = c.w_q.transpose().cast<float>();
-    w.in.weight.middleRows(e, Rank) = c.w_dkv.transpose().cast<float>();
-    w.in.weight.bottomRows(kept) = c.w_kp.transpose().cast<float>();
-    w.in.bias = RowVectorXf::Zero(e + Rank + kept);
-    if (c.b_q.size() > 0) w.in.bias.head(e) = c.b_q.cast<float>();
+    Linear in{RowMatrixXf(e + Rank + kept, d.n_text_state), RowVectorXf::Zero(e + Rank + kept)};
+    in.weight.topRows(e) = c.w_q.transpose().cast<float>();
+    in.weight.middleRows(e, Rank) = c.w_dkv.transpose().cast<float>();
+    in.weight.bottomRows(kept) = c.w_kp.transpose().cast<float>();
+    if (c.b_q.size() > 0) in.bias.head(e) = c.b_q.cast<float>();
+    w.in = owned(std::move(in));
     w.q_width = e;
     w.parts = {Rank, kept};
     w.params = c.template mla_params<variant>();
-    w.out = b.self_out;
+    w.out = borrowed(b.self_out);
     w.note = "layer " + std::to_string(layer) + ": latent rank " + std::to_string(Rank) + " + " + std::to_string(2 * kept_pairs) +
              " kept key dims per head; relative weight error of [W_k | W_v] " + std::to_string(decomposition.weight_error(Rank));
     return w;
