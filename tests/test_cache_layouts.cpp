@@ -86,11 +86,55 @@ TEST_CASE("paged layout keeps a head's rows of a page contiguous, as HND does") 
   CHECK(store.row(0, a, 5, 1) - page0 == 2 * (4 * 3 * 4) + 1 * (4 * 4) + 1 * 4);
 }
 
-TEST_CASE("paged pool defaults to full capacity for every sequence") {
-  const std::vector<TensorSpec> specs{{1, 8}};
-  CacheStore<Paged<16>, float> store(specs, {.max_sequences = 4, .capacity = 448});
+TEST_CASE("paged pool: its limit defaults to full capacity for every sequence, its memory grows a sequence's worth at a time") {
+  const std::vector<TensorSpec> specs{{1, 8}, {2, 4}};
+  constexpr std::size_t page_bytes = 16 * (8 + 2 * 4) * sizeof(float);  // both tensors
+  CacheStore<Paged<16>, float> store(specs, {.max_sequences = 4, .capacity = 448, .poison_unused = true});
   CHECK(store.pool_pages() == 4 * 28);
-  CHECK(store.bytes_allocated() == std::size_t(4 * 28 * 16 * 8) * sizeof(float));
+  CHECK(store.free_pages() == 4 * 28);
+  CHECK(store.committed_pages() == 0);
+  CHECK(store.bytes_allocated() == 0);
+  const int a = store.open(), b = store.open();
+  store.grow(a, 1);  // the first page commits one chunk: 28 pages, one sequence at full capacity
+  CHECK(store.committed_pages() == 28);
+  CHECK(store.bytes_allocated() == 28 * page_bytes);
+  CHECK(store.free_pages() == 4 * 28 - 1);
+  const float* first = store.row(0, a, 0, 0);
+  store.grow(b, 27 * 16);  // 27 more pages: the chunk is used up, nothing moves
+  CHECK(store.committed_pages() == 28);
+  CHECK(store.free_pages() == 4 * 28 - 28);
+  store.grow(a, 16);  // a's second page needs a second chunk; the first page stays where it was
+  CHECK(store.committed_pages() == 56);
+  CHECK(store.bytes_allocated() == 56 * page_bytes);
+  CHECK(store.row(0, a, 0, 0) == first);
+  CHECK(store.pages_of(a)[1] == 28);  // the lowest page of the new chunk
+  CHECK(std::isnan(*store.row(1, a, 16, 1)));  // committed pages are poisoned until written
+  // Closing returns pages to the pool, not memory: the next sequence reuses them.
+  store.close(b);
+  CHECK(store.free_pages() == 4 * 28 - 2);
+  const int c = store.open();
+  store.grow(c, 448);
+  CHECK(store.committed_pages() == 56);
+}
+
+TEST_CASE("paged pool: chunk size and limit are the caller's, and the limit is a clear error") {
+  const std::vector<TensorSpec> specs{{1, 2}};
+  CacheStore<Paged<4>, float> store(specs, {.max_sequences = 2, .capacity = 40, .pool_pages = 7, .pool_chunk_pages = 3});
+  const int a = store.open(), b = store.open();
+  store.grow(a, 5);  // 2 pages: one chunk of 3
+  CHECK(store.committed_pages() == 3);
+  store.grow(b, 8);  // 2 more: a second chunk
+  CHECK(store.committed_pages() == 6);
+  store.grow(a, 11);  // 2 more pages: the second chunk's last two
+  CHECK(store.committed_pages() == 6);
+  CHECK(store.free_pages() == 1);
+  store.grow(b, 4);  // the last page: the third chunk is cut at the limit
+  CHECK(store.committed_pages() == 7);
+  CHECK(store.free_pages() == 0);
+  CHECK_THROWS_WITH_AS(store.grow(b, 12), doctest::Contains("3 more page(s) of 4 tokens, 0 of 7 are free"), CapacityError);
+  CHECK(store.length(b) == 12);
+  CHECK(store.committed_pages() == 7);
+  CHECK_THROWS_AS((CacheStore<Paged<4>, float>(specs, {.max_sequences = 1, .capacity = 8, .pool_chunk_pages = -1})), ShapeError);
 }
 
 TEST_CASE("poisoned contiguous capacity is NaN until written") {

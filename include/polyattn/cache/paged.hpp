@@ -2,8 +2,12 @@
 // each sequence has a page table. Inside a page the layout is (head, token, dim), as in Hnd: a
 // head's rows of a page are contiguous, so decode streams them (one page of 16 float rows of 64
 // is 4 KiB per head) instead of striding over the other heads. Pages are taken from the pool as
-// a sequence grows and returned when it is closed, so memory follows the tokens actually held
-// rather than max_sequences * capacity.
+// a sequence grows and returned when it is closed. The pool itself grows on demand: it commits
+// pages in chunks (CacheConfig::pool_chunk_pages) up to its limit (CacheConfig::pool_pages), so
+// memory follows the pages ever held at once rather than max_sequences * capacity. A tensor's
+// pool is one buffer whose capacity is reserved for the limit when the store is made (address
+// space only: the memory of a page is touched when its chunk is committed), so committing never
+// moves a page.
 #pragma once
 
 #include <algorithm>
@@ -39,17 +43,17 @@ class CacheStore<Paged<PageSize>, T> {
       : table_(config.max_sequences, config.capacity),
         poison_(config.poison_unused),
         n_pages_(pool_size(config)),
+        chunk_pages_(chunk_size(config)),
         page_table_(std::size_t(config.max_sequences)) {
     for (const TensorSpec& spec : tensors) {
       require<ShapeError>(spec.heads >= 1 && spec.dim >= 1, "cache tensor shape must be positive, got (",
                           spec.heads, ", ", spec.dim, ")");
       specs_.push_back(spec);
       strides_.push_back(Paged<PageSize>::strides(spec, PageSize));
-      pool_.emplace_back(detail::cache_buffer_elements<T>(std::uint64_t(n_pages_) * PageSize, spec), fill_value());
+      pool_.emplace_back().reserve(detail::cache_buffer_elements<T>(std::uint64_t(n_pages_) * PageSize, spec));
     }
     references_.assign(std::size_t(n_pages_), 0);
     free_pages_.reserve(std::size_t(n_pages_));
-    for (int p = n_pages_ - 1; p >= 0; --p) free_pages_.push_back(p);  // hand out page 0 first
   }
 
   int open() { return table_.open(); }
@@ -72,8 +76,12 @@ class CacheStore<Paged<PageSize>, T> {
   std::uint64_t generation(int seq) const { return table_.generation(seq); }
   int capacity() const { return table_.capacity(); }
   int max_sequences() const { return table_.max_sequences(); }
-  int free_pages() const { return int(free_pages_.size()); }
+  /// Pages that can still be handed out: free committed pages and pages not committed yet.
+  int free_pages() const { return int(free_pages_.size()) + n_pages_ - committed_pages_; }
+  /// The most pages the pool may hold (the device mirror is sized for it).
   int pool_pages() const { return n_pages_; }
+  /// Pages backed by memory so far (they stay committed once the sequences holding them close).
+  int committed_pages() const { return committed_pages_; }
   /// Pages a sequence at full capacity holds (the length of a page table).
   int pages_per_sequence() const { return int(pages_for(capacity())); }
   std::span<const TensorSpec> tensors() const { return specs_; }
@@ -116,7 +124,7 @@ class CacheStore<Paged<PageSize>, T> {
     const auto& parent_pages = page_table_[std::size_t(parent)];
     const bool copy_last = fork_takes_page(parent, private_last_row);
     table_.check_free_slot();
-    if (copy_last && free_pages_.empty())
+    if (copy_last && free_pages() == 0)
       throw CapacityError(detail::concat("polyattn: page pool exhausted: forking sequence ", parent,
                                          " needs a page for its partly filled last page, 0 of ", n_pages_, " are free"));
     const int child = table_.open();
@@ -162,6 +170,7 @@ class CacheStore<Paged<PageSize>, T> {
     return {row(tensor, seq, token, head), std::ptrdiff_t(strides_[std::size_t(tensor)].token), PageSize - token % PageSize};
   }
 
+  /// Bytes of the committed pages.
   std::size_t bytes_allocated() const {
     std::size_t bytes = 0;
     for (const auto& p : pool_) bytes += p.size() * sizeof(T);
@@ -194,17 +203,36 @@ class CacheStore<Paged<PageSize>, T> {
     return int(pages);
   }
 
+  /// Pages committed at a time: config.pool_chunk_pages, or one sequence at full capacity, at
+  /// least 1 and at most the pool. After pool_size(config).
+  static int chunk_size(const CacheConfig& config) {
+    require<ShapeError>(config.pool_chunk_pages >= 0, "CacheConfig.pool_chunk_pages must be >= 0, got ", config.pool_chunk_pages);
+    const std::int64_t chunk = config.pool_chunk_pages > 0 ? config.pool_chunk_pages : pages_for(config.capacity);
+    return int(std::clamp<std::int64_t>(chunk, 1, std::max(1, pool_size(config))));
+  }
+
   /// Pages `n` more tokens of `seq` take from the pool (after table_.check_room(seq, n)).
   int pages_needed(int seq, int n) const {
     const std::int64_t have = std::int64_t(page_table_[std::size_t(seq)].size());
     return int(std::max<std::int64_t>(0, pages_for(std::int64_t(table_.length(seq)) + n) - have));
   }
 
+  /// After free_pages() > 0 was checked: a free committed page, committing a chunk first when
+  /// there is none (new pages filled as closed ones are: NaN when poisoned, else 0).
   int take_page() {
+    if (free_pages_.empty()) commit_chunk();
     const int p = free_pages_.back();
     free_pages_.pop_back();
     references_[std::size_t(p)] = 1;
     return p;
+  }
+
+  void commit_chunk() {
+    const int first = committed_pages_, count = std::min(chunk_pages_, n_pages_ - committed_pages_);
+    for (std::size_t t = 0; t < specs_.size(); ++t)  // within the capacity reserved: no page moves
+      pool_[t].resize(std::size_t(first + count) * PageSize * specs_[t].elements(), fill_value());
+    committed_pages_ = first + count;
+    for (int p = first + count - 1; p >= first; --p) free_pages_.push_back(p);  // hand out the lowest first
   }
 
   /// Every element of page `page` of tensor `tensor`: one block, whatever the order inside it.
@@ -219,12 +247,14 @@ class CacheStore<Paged<PageSize>, T> {
 
   SequenceTable table_;
   bool poison_;
-  int n_pages_ = 0;
+  int n_pages_ = 0;          // the pool's limit
+  int chunk_pages_ = 1;      // pages committed at a time
+  int committed_pages_ = 0;  // pages [0, committed_pages_) are backed by pool_
   std::vector<TensorSpec> specs_;
   std::vector<TensorStrides> strides_;          // per tensor: Paged::strides(spec, PageSize)
-  std::vector<std::vector<T>> pool_;            // per tensor: (page, head, token in page, dim)
+  std::vector<std::vector<T>> pool_;            // per tensor: (page, head, token in page, dim); capacity for n_pages_
   std::vector<std::vector<int>> page_table_;    // per sequence: pages in token order
-  std::vector<int> free_pages_;
+  std::vector<int> free_pages_;                 // committed pages no sequence holds
   std::vector<int> references_;                 // per page: sequences holding it
 };
 

@@ -28,7 +28,9 @@ struct TensorSpec {
 struct CacheConfig {
   int max_sequences = 1;  ///< sequences that can be open at once (the decode batch)
   int capacity = 448;     ///< tokens per sequence (Whisper's decoder context is 448)
-  int pool_pages = 0;     ///< paged layouts: pages in the pool; 0 = enough for every sequence at full capacity
+  int pool_pages = 0;     ///< paged layouts: the most pages the pool may hold; 0 = enough for every sequence at full capacity
+  int pool_chunk_pages = 0;  ///< paged layouts: pages the pool commits at a time when a sequence needs more; 0 = one
+                             ///< sequence at full capacity. Memory follows the pages in use, not the limit
   bool poison_unused = false;  ///< fill unused and freed rows with NaN, so a read past the end shows
 };
 
