@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
     std::printf("| attention     | layer | cond(W_k) | max|W_kv| | 0.1 eps32 cond | accepted float / half |\n|---|---|---|---|---|---|\n");
     const Eigen::Index d = w.dims.n_audio_state;
     for (std::size_t l = 0; l < w.encoder.size(); ++l)
-      report("encoder self", int(l), columns_layout(w.encoder[l].qkv.weight, d, d), columns_layout(w.encoder[l].qkv.weight, 2 * d, d));
+      report("encoder self", int(l), columns_layout(w.encoder[l].qkv.weight.as_float(), d, d), columns_layout(w.encoder[l].qkv.weight.as_float(), 2 * d, d));
     const Eigen::Index t = w.dims.n_text_state;
     for (std::size_t l = 0; l < w.decoder.size(); ++l) {
       report("decoder self", int(l), columns_layout(w.decoder[l].self_qkv.weight, t, t), columns_layout(w.decoder[l].self_qkv.weight, 2 * t, t));

@@ -137,9 +137,12 @@ class CublasDense final : public Dense {
     download(y_.data(), y);
   }
 
-  // The logits through cuBLAS in float: a float16 embedding is converted once (as_float() keeps
-  // that host copy, device_weight the device one).
-  void logits(ConstMatrixRef x, const TokenEmbedding& e, MatrixRef y) override { affine(x, e.as_float(), nullptr, y); }
+  // Weights kept as the model ships them (the encoder's layers, the decoder's MLP, the logits)
+  // through cuBLAS in float: a float16 matrix is converted once (as_float() keeps that host copy,
+  // device_weight the device one).
+  void stored_affine(ConstMatrixRef x, const WeightMatrix& w, const RowVectorXf* bias, MatrixRef y) override {
+    affine(x, w.as_float(), bias, y);
+  }
 
   RowMatrixXf bidirectional_attention(const RowMatrixXf& qkv, int n_heads) override {
     check_attention_input(qkv, n_heads);

@@ -5,12 +5,13 @@
 //   CublasDense    cuBLAS on a CUDA device (cublas_dense.cuh, nvcc only; --device cuda)
 //
 // Three operations cover the model:
-//   affine(x, W, b, y)               y (n, out) = x (n, in) W^T + b, W (out, in) row-major as
-//                                    stored, b (out) or none; x and y may be row blocks of any
-//                                    row stride. Linear layers, the conv stem (over im2col rows).
-//   logits(x, E, y)                  y (n, n_vocab) = x (n, d) E^T, the tied logits projection:
-//                                    the token embedding's own kernel, in the precision it ships
-//                                    in (token_embedding.hpp), unless the engine runs it elsewhere.
+//   affine(x, W, b, y)               y (n, out) = x (n, in) W^T + b, W (out, in) row-major float,
+//                                    b (out) or none; x and y may be row blocks of any row
+//                                    stride. The decoder's attention projections, the conv stem.
+//   stored_affine(x, W, b, y)        the same with W a WeightMatrix in the precision the model
+//                                    ships it in (weight_matrix.hpp): the encoder's layers, the
+//                                    decoder's MLP and the tied logits projection (b none). Its
+//                                    own panel kernel, unless the engine runs it elsewhere.
 //   bidirectional_attention(qkv, h)  the encoder's unmasked self-attention, (n, 3d) -> (n, d):
 //                                    polyattn's uncached attention on CpuSimd unless the engine
 //                                    runs it elsewhere (CublasDense, on its device).
@@ -26,6 +27,7 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include <polyattn/exec/cpu/cpu_simd.hpp>
 #include <polyattn/uncached_attention.hpp>
@@ -33,7 +35,7 @@
 #include "error.hpp"
 #include "layers.hpp"
 #include "matrix.hpp"
-#include "token_embedding.hpp"
+#include "weight_matrix.hpp"
 
 namespace polyattn::whisper {
 
@@ -54,9 +56,12 @@ class Dense {
   // "eigen (CPU)", "cublas (GPU 0: NVIDIA H100 ...)": printed by the CLI.
   virtual std::string name() const = 0;
   virtual void affine(ConstMatrixRef x, const RowMatrixXf& w, const RowVectorXf* bias, MatrixRef y) = 0;
-  // y (n, n_vocab) = x E^T, shapes checked: on the CPU, in the embedding's own precision
-  // (token_embedding.hpp), unless the engine multiplies elsewhere.
-  virtual void logits(ConstMatrixRef x, const TokenEmbedding& e, MatrixRef y) { e.project(x, y); }
+  // The same with W as the model ships it (weight_matrix.hpp), shapes checked: on the CPU, W's
+  // own panel kernel, unless the engine multiplies elsewhere.
+  virtual void stored_affine(ConstMatrixRef x, const WeightMatrix& w, const RowVectorXf* bias, MatrixRef y) {
+    w.project(x, y);
+    if (bias) y.rowwise() += *bias;
+  }
   // qkv: (n, 3d) = [q | k | v], heads adjacent in each; returns (n, d). Bidirectional over the
   // 1500 frames of a window, nothing cached: the library's uncached attention, whose query
   // blocks keep the scores in L1 (exec/cpu/attend_block.hpp), on as many threads as Eigen's GEMMs.
@@ -70,16 +75,21 @@ class Dense {
     return out;
   }
 
-  // x: (n, in) -> (n, out) = x W^T + b.
-  RowMatrixXf linear(ConstMatrixRef x, const Linear& l) {
+  // x: (n, in) -> (n, out) = x W^T + b (a Linear or a StoredLinear).
+  template <class Weight>
+  RowMatrixXf linear(ConstMatrixRef x, const BasicLinear<Weight>& l) {
     RowMatrixXf y(x.rows(), l.out_features());
     linear_into(x, l, y);
     return y;
   }
   // The same into a preallocated (n, out) block (any row stride).
-  void linear_into(ConstMatrixRef x, const Linear& l, MatrixRef y) {
+  template <class Weight>
+  void linear_into(ConstMatrixRef x, const BasicLinear<Weight>& l, MatrixRef y) {
     check_shapes(x, l.weight.rows(), l.weight.cols(), &l.bias, y);
-    affine(x, l.weight, &l.bias, y);
+    if constexpr (std::is_same_v<Weight, WeightMatrix>)
+      stored_affine(x, l.weight, &l.bias, y);
+    else
+      affine(x, l.weight, &l.bias, y);
   }
   // Conv1d with kernel 3, padding 1, as one product over im2col rows (layers.hpp conv1d_k3).
   RowMatrixXf conv1d_k3(ConstMatrixRef x, const RowMatrixXf& weight, const RowVectorXf& bias, int stride) {
@@ -90,15 +100,15 @@ class Dense {
     return y;
   }
   // x: (n, d) -> (n, n_vocab) = x E^T, the tied output projection (the logits).
-  RowMatrixXf project(ConstMatrixRef x, const TokenEmbedding& e) {
+  RowMatrixXf project(ConstMatrixRef x, const WeightMatrix& e) {
     RowMatrixXf y(x.rows(), e.rows());
     project_into(x, e, y);
     return y;
   }
   // The same into a preallocated (n, n_vocab) block (any row stride).
-  void project_into(ConstMatrixRef x, const TokenEmbedding& e, MatrixRef y) {
+  void project_into(ConstMatrixRef x, const WeightMatrix& e, MatrixRef y) {
     check_shapes(x, e.rows(), e.cols(), nullptr, y);
-    logits(x, e, y);
+    stored_affine(x, e, nullptr, y);
   }
 
  private:

@@ -1,5 +1,5 @@
-// The non-attention layers of Whisper, on row-major (tokens, features) matrices: the Linear
-// weights, LayerNorm, exact GELU, im2col for the kernel-3 conv1d, sinusoids. Their products
+// The non-attention layers of Whisper, on row-major (tokens, features) matrices: the linear
+// layers' weights, LayerNorm, exact GELU, im2col for the kernel-3 conv1d, sinusoids. Their products
 // (linear layers, the conv) run on a Dense engine (dense.hpp).
 #pragma once
 
@@ -11,16 +11,23 @@
 
 #include "error.hpp"
 #include "matrix.hpp"
+#include "weight_matrix.hpp"
 
 namespace polyattn::whisper {
 
-struct Linear {
-  RowMatrixXf weight;  // (out, in), as PyTorch and CTranslate2 store it
-  RowVectorXf bias;    // (out); zeros where the model has none (Whisper's key projections)
+// A linear layer y = x W^T + b. Weight: a float matrix (Linear: the weights the decoder's
+// attention policies convert and read) or a WeightMatrix in the model's own precision
+// (StoredLinear: the encoder's layers and the decoder's MLP, only ever multiplied).
+template <class Weight>
+struct BasicLinear {
+  Weight weight;     // (out, in), as PyTorch and CTranslate2 store it
+  RowVectorXf bias;  // (out); zeros where the model has none (Whisper's key projections)
 
   Eigen::Index in_features() const { return weight.cols(); }
   Eigen::Index out_features() const { return weight.rows(); }
 };
+using Linear = BasicLinear<RowMatrixXf>;
+using StoredLinear = BasicLinear<WeightMatrix>;
 
 struct LayerNorm {
   RowVectorXf gamma, beta;  // (features)

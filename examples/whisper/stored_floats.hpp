@@ -1,7 +1,7 @@
 // A float tensor's elements in the precision its model file stores them in: float32, float16 or
 // bfloat16. The loaders keep a tensor's elements so until the weights take them, so that a
 // float16 model (tiny.en ships one) occupies its file's bytes while it loads, not twice them, and
-// a weight that stays float16 (token_embedding.hpp) is copied, never converted.
+// a weight that stays float16 (weight_matrix.hpp) is copied, never converted.
 //   StoredFloats s = StoredFloats::from_bytes(p, n, StoredFloats::Precision::float16);
 //   s.size();                 // n elements
 //   s.to_float(out);          // out[0, n) in float: exact, every 16-bit value is a float

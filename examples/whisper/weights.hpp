@@ -17,7 +17,7 @@
 #include "layers.hpp"
 #include "matrix.hpp"
 #include "stored_floats.hpp"
-#include "token_embedding.hpp"
+#include "weight_matrix.hpp"
 
 namespace polyattn::whisper {
 
@@ -48,12 +48,15 @@ inline void check_whisper_architecture(const WhisperDims& d, const std::string& 
     throw ModelError(source + ": " + std::to_string(d.n_mels) + " mel bins; Whisper's front end makes 80 or 128");
 }
 
+// The encoder's layers and the decoder's MLP keep the precision the file stores them in
+// (StoredLinear: float16 stays float16); the decoder's attention weights are float, since its
+// attention policies convert them (self_variants.hpp, cross_attention.hpp).
 struct EncoderBlock {
   LayerNorm attn_ln;
-  Linear qkv;       // (3d, d): rows [q; k; v]; the k rows have zero bias
-  Linear attn_out;  // (d, d)
+  StoredLinear qkv;       // (3d, d): rows [q; k; v]; the k rows have zero bias
+  StoredLinear attn_out;  // (d, d)
   LayerNorm mlp_ln;
-  Linear fc1, fc2;  // (4d, d), (d, 4d)
+  StoredLinear fc1, fc2;  // (4d, d), (d, 4d)
 };
 
 struct DecoderBlock {
@@ -65,7 +68,7 @@ struct DecoderBlock {
   Linear cross_kv;  // (2d, d): rows [k; v], applied to the encoder output
   Linear cross_out;
   LayerNorm mlp_ln;
-  Linear fc1, fc2;
+  StoredLinear fc1, fc2;  // (4d, d), (d, 4d)
 };
 
 struct WhisperWeights {
@@ -77,7 +80,7 @@ struct WhisperWeights {
   RowMatrixXf encoder_positions;  // (n_audio_ctx, d), sinusoidal
   std::vector<EncoderBlock> encoder;
   LayerNorm encoder_ln;
-  TokenEmbedding token_embedding;  // (n_vocab, d); also the output projection (tied); float16 when shipped so
+  WeightMatrix token_embedding;  // (n_vocab, d); also the output projection (tied); float16 when shipped so
   RowMatrixXf decoder_positions;  // (n_text_ctx, d), learned
   std::vector<DecoderBlock> decoder;
   LayerNorm decoder_ln;
@@ -96,12 +99,12 @@ inline RowVectorXf to_vector(const StoredFloats& s) {
   s.to_float(v.data());
   return v;
 }
-// The token embedding in the precision the file stores it in: float16 stays float16 (copied, not
+// A matrix in the precision the file stores it in: float16 stays float16 (copied, not
 // converted); float32 and bfloat16 become float.
-inline TokenEmbedding to_token_embedding(const StoredFloats& s, Eigen::Index rows, Eigen::Index cols) {
+inline WeightMatrix to_weight_matrix(const StoredFloats& s, Eigen::Index rows, Eigen::Index cols) {
   if (s.precision() == StoredFloats::Precision::float16)
-    return TokenEmbedding(TokenEmbedding::HalfMatrix(Eigen::Map<const TokenEmbedding::HalfMatrix>(s.halfs().data(), rows, cols)));
-  return TokenEmbedding(to_matrix(s, rows, cols));
+    return WeightMatrix(WeightMatrix::HalfMatrix(Eigen::Map<const WeightMatrix::HalfMatrix>(s.halfs().data(), rows, cols)));
+  return WeightMatrix(to_matrix(s, rows, cols));
 }
 // Conv1d weights (out, in, 3) in PyTorch order, as layers.hpp conv1d_k3 wants them (k-major).
 inline RowMatrixXf to_conv_weight(const StoredFloats& s, Eigen::Index out, Eigen::Index in) {
@@ -109,6 +112,15 @@ inline RowMatrixXf to_conv_weight(const StoredFloats& s, Eigen::Index out, Eigen
 }
 
 // Stacks linears row-wise: [a; b; ...] (for fused q/k/v projections).
+inline StoredLinear stack(const std::vector<StoredLinear>& parts) {
+  std::vector<const WeightMatrix*> weights;
+  Eigen::Index rows = 0;
+  for (const auto& p : parts) weights.push_back(&p.weight), rows += p.weight.rows();
+  StoredLinear out{WeightMatrix::stacked(weights), RowVectorXf(rows)};
+  Eigen::Index r = 0;
+  for (const auto& p : parts) out.bias.segment(r, p.bias.size()) = p.bias, r += p.bias.size();
+  return out;
+}
 inline Linear stack(const std::vector<Linear>& parts) {
   Eigen::Index rows = 0;
   for (const auto& p : parts) rows += p.weight.rows();
@@ -195,8 +207,12 @@ inline WhisperWeights weights_from_ct2(Ct2ModelBin m) {
     return detail::to_matrix(m.take(name, {rows, cols}), rows, cols);
   };
   auto vec = [&](const std::string& name, std::int64_t n) { return detail::to_vector(m.take(name, {n})); };
-  auto lin = [&](const std::string& p, std::int64_t out, std::int64_t in) {
-    return Linear{mat(p + "/weight", out, in), m.contains(p + "/bias") ? vec(p + "/bias", out) : RowVectorXf(RowVectorXf::Zero(out))};
+  auto bias = [&](const std::string& p, std::int64_t out) {
+    return m.contains(p + "/bias") ? vec(p + "/bias", out) : RowVectorXf(RowVectorXf::Zero(out));
+  };
+  auto lin = [&](const std::string& p, std::int64_t out, std::int64_t in) { return Linear{mat(p + "/weight", out, in), bias(p, out)}; };
+  auto stored_lin = [&](const std::string& p, std::int64_t out, std::int64_t in) {
+    return StoredLinear{detail::to_weight_matrix(m.take(p + "/weight", {out, in}), out, in), bias(p, out)};
   };
   auto ln = [&](const std::string& p) { return LayerNorm{vec(p + "/gamma", D), vec(p + "/beta", D)}; };
 
@@ -207,12 +223,12 @@ inline WhisperWeights weights_from_ct2(Ct2ModelBin m) {
   w.encoder_positions = sinusoids(d.n_audio_ctx, D);
   for (int i = 0; i < d.n_audio_layer; ++i) {
     const std::string p = "encoder/layer_" + std::to_string(i);
-    w.encoder.push_back({ln(p + "/self_attention/layer_norm"), lin(p + "/self_attention/linear_0", 3 * D, D),
-                         lin(p + "/self_attention/linear_1", D, D), ln(p + "/ffn/layer_norm"),
-                         lin(p + "/ffn/linear_0", 4 * D, D), lin(p + "/ffn/linear_1", D, 4 * D)});
+    w.encoder.push_back({ln(p + "/self_attention/layer_norm"), stored_lin(p + "/self_attention/linear_0", 3 * D, D),
+                         stored_lin(p + "/self_attention/linear_1", D, D), ln(p + "/ffn/layer_norm"),
+                         stored_lin(p + "/ffn/linear_0", 4 * D, D), stored_lin(p + "/ffn/linear_1", D, 4 * D)});
   }
   w.encoder_ln = ln("encoder/layer_norm");
-  w.token_embedding = detail::to_token_embedding(m.take("decoder/embeddings/weight", {d.n_vocab, D}), d.n_vocab, D);
+  w.token_embedding = detail::to_weight_matrix(m.take("decoder/embeddings/weight", {d.n_vocab, D}), d.n_vocab, D);
   w.decoder_positions = mat("decoder/position_encodings/encodings", d.n_text_ctx, D);
   for (int i = 0; i < d.n_text_layer; ++i) {
     const std::string p = "decoder/layer_" + std::to_string(i);
@@ -220,7 +236,7 @@ inline WhisperWeights weights_from_ct2(Ct2ModelBin m) {
                          lin(p + "/self_attention/linear_1", D, D), ln(p + "/attention/layer_norm"),
                          lin(p + "/attention/linear_0", D, D), lin(p + "/attention/linear_1", 2 * D, D),
                          lin(p + "/attention/linear_2", D, D), ln(p + "/ffn/layer_norm"),
-                         lin(p + "/ffn/linear_0", 4 * D, D), lin(p + "/ffn/linear_1", D, 4 * D)});
+                         stored_lin(p + "/ffn/linear_0", 4 * D, D), stored_lin(p + "/ffn/linear_1", D, 4 * D)});
   }
   w.decoder_ln = ln("decoder/layer_norm");
   return w;
@@ -254,12 +270,21 @@ inline WhisperWeights weights_from_ggml(GgmlModel g) {
     return detail::to_matrix(take(name, {rows, cols}), rows, cols);
   };
   auto vec = [&](const std::string& name, std::int64_t n) { return detail::to_vector(take(name, {n})); };
-  auto lin = [&](const std::string& p, std::int64_t out, std::int64_t in, bool bias = true) {
-    return Linear{mat(p + ".weight", out, in), bias ? vec(p + ".bias", out) : RowVectorXf(RowVectorXf::Zero(out))};
+  auto bias = [&](const std::string& p, std::int64_t out, bool has_bias) {
+    return has_bias ? vec(p + ".bias", out) : RowVectorXf(RowVectorXf::Zero(out));
+  };
+  auto lin = [&](const std::string& p, std::int64_t out, std::int64_t in, bool has_bias = true) {
+    return Linear{mat(p + ".weight", out, in), bias(p, out, has_bias)};
+  };
+  auto stored_lin = [&](const std::string& p, std::int64_t out, std::int64_t in, bool has_bias = true) {
+    return StoredLinear{detail::to_weight_matrix(take(p + ".weight", {out, in}), out, in), bias(p, out, has_bias)};
   };
   auto ln = [&](const std::string& p) { return LayerNorm{vec(p + ".weight", D), vec(p + ".bias", D)}; };
   auto attn = [&](const std::string& p) {
     return detail::stack({lin(p + ".query", D, D), lin(p + ".key", D, D, false), lin(p + ".value", D, D)});
+  };
+  auto stored_attn = [&](const std::string& p) {
+    return detail::stack({stored_lin(p + ".query", D, D), stored_lin(p + ".key", D, D, false), stored_lin(p + ".value", D, D)});
   };
 
   w.conv1_w = detail::to_conv_weight(take("encoder.conv1.weight", {D, d.n_mels, 3}), D, d.n_mels);
@@ -269,19 +294,19 @@ inline WhisperWeights weights_from_ggml(GgmlModel g) {
   w.encoder_positions = sinusoids(d.n_audio_ctx, D);
   for (int i = 0; i < d.n_audio_layer; ++i) {
     const std::string p = "encoder.blocks." + std::to_string(i);
-    w.encoder.push_back({ln(p + ".attn_ln"), attn(p + ".attn"), lin(p + ".attn.out", D, D), ln(p + ".mlp_ln"),
-                         lin(p + ".mlp.0", 4 * D, D), lin(p + ".mlp.2", D, 4 * D)});
+    w.encoder.push_back({ln(p + ".attn_ln"), stored_attn(p + ".attn"), stored_lin(p + ".attn.out", D, D), ln(p + ".mlp_ln"),
+                         stored_lin(p + ".mlp.0", 4 * D, D), stored_lin(p + ".mlp.2", D, 4 * D)});
   }
   w.encoder_ln = ln("encoder.ln_post");
-  w.token_embedding = detail::to_token_embedding(take("decoder.token_embedding.weight", {d.n_vocab, D}), d.n_vocab, D);
+  w.token_embedding = detail::to_weight_matrix(take("decoder.token_embedding.weight", {d.n_vocab, D}), d.n_vocab, D);
   w.decoder_positions = mat("decoder.positional_embedding", d.n_text_ctx, D);
   for (int i = 0; i < d.n_text_layer; ++i) {
     const std::string p = "decoder.blocks." + std::to_string(i);
     w.decoder.push_back({ln(p + ".attn_ln"), attn(p + ".attn"), lin(p + ".attn.out", D, D), ln(p + ".cross_attn_ln"),
                          lin(p + ".cross_attn.query", D, D),
                          detail::stack({lin(p + ".cross_attn.key", D, D, false), lin(p + ".cross_attn.value", D, D)}),
-                         lin(p + ".cross_attn.out", D, D), ln(p + ".mlp_ln"), lin(p + ".mlp.0", 4 * D, D),
-                         lin(p + ".mlp.2", D, 4 * D)});
+                         lin(p + ".cross_attn.out", D, D), ln(p + ".mlp_ln"), stored_lin(p + ".mlp.0", 4 * D, D),
+                         stored_lin(p + ".mlp.2", D, 4 * D)});
   }
   w.decoder_ln = ln("decoder.ln");
   return w;

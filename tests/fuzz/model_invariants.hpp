@@ -36,7 +36,8 @@ void check_matrix(const std::string& what, const Matrix& m, Eigen::Index rows, E
            std::to_string(rows) + "x" + std::to_string(cols));
 }
 
-inline void check_linear(const std::string& what, const polyattn::whisper::Linear& l, Eigen::Index out, Eigen::Index in) {
+template <class Weight>
+void check_linear(const std::string& what, const polyattn::whisper::BasicLinear<Weight>& l, Eigen::Index out, Eigen::Index in) {
   check_matrix(what + " weight", l.weight, out, in);
   if (l.bias.size() != out) broken(what + " bias has " + std::to_string(l.bias.size()) + " elements, expected " + std::to_string(out));
 }

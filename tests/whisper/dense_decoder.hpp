@@ -36,6 +36,9 @@ inline RowMatrixXd dense_linear(const RowMatrixXd& x, const polyattn::whisper::L
   y.rowwise() += l.bias.cast<double>();
   return y;
 }
+inline RowMatrixXd dense_linear(const RowMatrixXd& x, const polyattn::whisper::StoredLinear& l) {
+  return dense_linear(x, polyattn::whisper::Linear{l.weight.as_float(), l.bias});
+}
 
 inline RowMatrixXd dense_layer_norm(const RowMatrixXd& x, const polyattn::whisper::LayerNorm& ln) {
   RowMatrixXd y(x.rows(), x.cols());

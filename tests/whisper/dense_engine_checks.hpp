@@ -79,20 +79,23 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
     }
   }
 
-  SUBCASE("project: the tied logits, float32 and float16 embeddings, into row blocks") {
-    using polyattn::whisper::TokenEmbedding;
-    // 300 vocabulary rows: two whole panels and a partial one (kPanelRows = 128).
-    const RowMatrixXf values = random_matrix(rng, 2 * TokenEmbedding::kPanelRows + 44, 16);
-    const TokenEmbedding f32(values), f16(TokenEmbedding::HalfMatrix(values.cast<Eigen::half>()));
+  SUBCASE("weights as the model ships them: the tied logits and stored linears, float32 and float16, into row blocks") {
+    using polyattn::whisper::StoredLinear;
+    using polyattn::whisper::WeightMatrix;
+    // 300 rows of W: two whole panels and a partial one (kPanelRows = 128).
+    const RowMatrixXf values = random_matrix(rng, 2 * WeightMatrix::kPanelRows + 44, 16);
+    const RowVectorXf bias = random_matrix(rng, 1, values.rows());
+    const WeightMatrix f32(values), f16(WeightMatrix::HalfMatrix(values.cast<Eigen::half>()));
     CHECK(!f32.is_half());
     CHECK(f16.is_half());
     CHECK(f16.bytes() * 2 == f32.bytes());
     const int threads = Eigen::nbThreads();
-    for (const TokenEmbedding* e : {&f32, &f16}) {
+    for (const WeightMatrix* e : {&f32, &f16}) {
       INFO((e->is_half() ? "float16" : "float32"));
       const RowMatrixXf& exact = e->as_float();  // every float16 value is exact in float
       CHECK(exact.rows() == values.rows());
-      for (Eigen::Index rows : {1, 3, 17}) {
+      // 200 rows of x: more than a panel, so W is split in panels of rows() / threads instead.
+      for (Eigen::Index rows : {1, 3, 17, 200}) {
         INFO("rows " << rows);
         const RowMatrixXf x = random_matrix(rng, rows, 16);
         RowMatrixXf out = RowMatrixXf::Constant(rows, values.rows() + 7, nan);
@@ -100,18 +103,30 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
         check_affine_bound(out.middleCols(2, values.rows()), x, exact, nullptr);
         CHECK(out.leftCols(2).array().isNaN().all());
         CHECK(out.rightCols(5).array().isNaN().all());
-        // The thread count changes who multiplies a panel, never its sums.
-        Eigen::setNbThreads(threads == 1 ? 2 : 1);
-        const RowMatrixXf other = engine.project(x, *e);
-        Eigen::setNbThreads(threads);
-        CHECK(other == out.middleCols(2, values.rows()));
+        const StoredLinear l{*e, bias};
+        check_affine_bound(engine.linear(x, l), x, exact, &bias);
+        if (rows <= WeightMatrix::kPanelRows) {
+          // The thread count changes who multiplies a panel, never its sums (a tall x's panels
+          // follow the thread count, and Eigen may block a product of another width otherwise).
+          Eigen::setNbThreads(threads == 1 ? 2 : 1);
+          const RowMatrixXf other = engine.project(x, *e);
+          Eigen::setNbThreads(threads);
+          CHECK(other == out.middleCols(2, values.rows()));
+        }
       }
       RowMatrixXf lookup(1, 16);
       e->row_into(5, lookup.row(0));
       CHECK(lookup == exact.row(5));
     }
-    CHECK(TokenEmbedding(f16) == f16);
+    CHECK(WeightMatrix(f16) == f16);
     CHECK(!(f16 == f32));
+    // Stacking keeps float16 when every part is float16.
+    const WeightMatrix both = WeightMatrix::stacked({&f16, &f16}), mixed = WeightMatrix::stacked({&f16, &f32});
+    CHECK(both.is_half());
+    CHECK(!mixed.is_half());
+    CHECK(both.as_float().bottomRows(values.rows()) == f16.as_float());
+    CHECK(mixed.as_float().topRows(values.rows()) == f16.as_float());
+    CHECK(mixed.as_float().bottomRows(values.rows()) == values);
     RowMatrixXf narrow(3, values.rows() - 1);
     CHECK_THROWS_WITH_AS(engine.project_into(random_matrix(rng, 3, 16), f16, narrow), doctest::Contains("into y (3x299)"),
                          polyattn::whisper::Error);

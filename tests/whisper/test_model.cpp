@@ -60,6 +60,10 @@ TEST_SUITE("model") {
     CHECK(embedding.dtype == Ct2DType::float16);
     CHECK(model.weights().token_embedding.is_half());
     CHECK(model.weights().token_embedding.bytes() == std::size_t(51864) * 384 * 2);
+    // So do the encoder's layers and the decoder's MLP (weights.hpp: StoredLinear).
+    CHECK(model.weights().encoder[0].qkv.weight.is_half());
+    CHECK(model.weights().encoder[3].fc2.weight.is_half());
+    CHECK(model.weights().decoder[3].fc1.weight.is_half());
     CHECK(model.weights().token_embedding.as_float() == detail::to_matrix(embedding.elements, 51864, 384));
 
     const std::vector<std::vector<float>> jfk{load_audio_16k_mono(wav)};
@@ -107,6 +111,36 @@ TEST_SUITE("model") {
 }
 
 TEST_SUITE("model") {
+  TEST_CASE("synthetic model: weights stored float16 give the encoding and logits of the same values stored float32, bit for bit") {
+    whisper_test::Rng rng(11);
+    const int n_vocab = 51864, d = 8;
+    auto tensors = tiny_pytorch_model(rng, n_vocab, d);
+    std::vector<std::string> every_name;
+    for (auto& t : tensors) {
+      for (float& f : t.data) f = static_cast<float>(Eigen::half(f));  // values float16 can hold, in both files
+      every_name.push_back(t.name);
+    }
+    const WhisperWeights f32 = weights_from_ggml(parse_ggml(tiny_ggml(tensors, n_vocab, d)));
+    const WhisperWeights f16 = weights_from_ggml(parse_ggml(tiny_ggml(tensors, n_vocab, d, every_name)));
+    // What is only multiplied stays float16; what the attention policies convert is float.
+    for (const WeightMatrix* w : {&f16.encoder[0].qkv.weight, &f16.encoder[0].attn_out.weight, &f16.encoder[0].fc1.weight,
+                                  &f16.encoder[0].fc2.weight, &f16.decoder[0].fc1.weight, &f16.decoder[0].fc2.weight,
+                                  &f16.token_embedding})
+      CHECK(w->is_half());
+    CHECK(!f32.encoder[0].fc1.weight.is_half());
+    CHECK(f16.decoder[0].self_qkv.weight == f32.decoder[0].self_qkv.weight);
+
+    RowMatrixXf mel(80, 3000);
+    for (Eigen::Index i = 0; i < mel.size(); ++i) mel.data()[i] = rng.normal_ish();
+    const RowMatrixXf e32 = encode(f32, mel), e16 = encode(f16, mel);
+    CHECK(e16 == e32);
+    const std::vector<int> prompt = {50257, 50362, 11}, next = {400};
+    Decoder<DefaultPolicies> dec32(f32, {.max_sequences = 1, .threads = 1}), dec16(f16, {.max_sequences = 1, .threads = 1});
+    const int s32[] = {dec32.open(e32)}, s16[] = {dec16.open(e16)};
+    CHECK(dec16.prefill(s16, prompt) == dec32.prefill(s32, prompt));
+    CHECK(dec16.decode(s16, next) == dec32.decode(s32, next));
+  }
+
   TEST_CASE("synthetic model: ggml and CTranslate2 forms load the same weights and logits") {
     whisper_test::Rng rng(9);
     const int n_vocab = 51864, d = 8;

@@ -1,0 +1,141 @@
+// A weight matrix W (rows, cols), row-major as PyTorch and CTranslate2 store it, kept in the
+// precision the model ships it in: float16 stays float16, float32 (and bfloat16) are float.
+//   project(x, y)          y (n, rows) = x (n, cols) W^T, on Eigen's thread count
+//   row_into(i, out)       out (1, cols) = W[i] in float (the token embedding's lookup)
+//
+// The token embedding is one (n_vocab, d: 51864 x 384 in tiny.en, 40 MB in float16) and so are
+// the encoder's and the decoder MLP's linear layers. Keeping float16 halves their resident bytes
+// and what a decoding step reads, and the load converts nothing. Every float16 value converts to
+// float exactly, and the products and sums are taken in float, as with a float32 copy of the same
+// values: results differ from that copy's only by the order of the float sums.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "error.hpp"
+#include "matrix.hpp"
+
+namespace polyattn::whisper {
+
+class WeightMatrix {
+ public:
+  using HalfMatrix = Eigen::Matrix<Eigen::half, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+  /// Rows of W a projection converts and multiplies at a time, at least: 128 x 384 floats
+  /// (192 KiB) stay in L2 between the conversion and the product. A tall x (an encoder's 1500
+  /// rows) takes panels of rows() / threads instead, so that x is packed for few products.
+  static constexpr Eigen::Index kPanelRows = 128;
+
+  WeightMatrix() = default;
+  explicit WeightMatrix(RowMatrixXf values) : float_(std::move(values)) {}
+  explicit WeightMatrix(HalfMatrix values) : half_(std::move(values)), is_half_(true) {}
+
+  Eigen::Index rows() const { return is_half_ ? half_.rows() : float_.rows(); }
+  Eigen::Index cols() const { return is_half_ ? half_.cols() : float_.cols(); }
+  bool is_half() const { return is_half_; }
+  /// Resident bytes of the weights (not counting an as_float() copy).
+  std::size_t bytes() const {
+    return std::size_t(rows()) * std::size_t(cols()) * (is_half_ ? sizeof(Eigen::half) : sizeof(float));
+  }
+
+  /// out (rows, cols) = W in float.
+  template <class Out>
+  void row_block_into(Out&& out) const {
+    if (is_half_)
+      out = half_.template cast<float>();
+    else
+      out = float_;
+  }
+
+  /// out (1, d) = row `token`, converted to float. `token` must be in [0, rows()).
+  template <class Out>
+  void row_into(Eigen::Index token, Out&& out) const {
+    if (is_half_)
+      out = half_.row(token).template cast<float>();
+    else
+      out = float_.row(token);
+  }
+
+  /// y (n, rows) = x (n, cols) W^T. Panels of W's rows, shared among Eigen's threads (OpenMP, as
+  /// Eigen's own products are: one team, no second pool spinning against it; inside it each
+  /// product runs on one thread); a float16 panel is converted into the thread's scratch, then
+  /// multiplied by Eigen.
+  void project(ConstMatrixRef x, MatrixRef y) const {
+    if (x.cols() != cols() || y.rows() != x.rows() || y.cols() != rows())
+      throw Error("weight matrix: x (" + std::to_string(x.rows()) + "x" + std::to_string(x.cols()) + ") W^T with W (" +
+                  std::to_string(rows()) + "x" + std::to_string(cols()) + ") into y (" + std::to_string(y.rows()) + "x" +
+                  std::to_string(y.cols()) + ")");
+    const Eigen::Index out = rows(), threads = Eigen::nbThreads();
+    const Eigen::Index panel_rows = x.rows() > kPanelRows ? std::max(kPanelRows, (out + threads - 1) / threads) : kPanelRows;
+    const Eigen::Index panels = (out + panel_rows - 1) / panel_rows;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads)
+#endif
+    for (Eigen::Index p = 0; p < panels; ++p) {
+      const Eigen::Index first = p * panel_rows, n = std::min(panel_rows, out - first);
+      if (is_half_) {
+        thread_local RowMatrixXf panel;  // (panel rows, cols): reused by every call on this thread
+        panel = half_.middleRows(first, n).cast<float>();
+        y.middleCols(first, n).noalias() = x * panel.transpose();
+      } else {
+        y.middleCols(first, n).noalias() = x * float_.middleRows(first, n).transpose();
+      }
+    }
+  }
+
+  /// The float16 values (is_half() must hold).
+  const HalfMatrix& half_values() const {
+    if (!is_half_) throw Error("weight matrix: the values are not float16");
+    return half_;
+  }
+
+  /// Rows [a; b; ...] of matrices of equal width: float16 when every part is, else float.
+  static WeightMatrix stacked(const std::vector<const WeightMatrix*>& parts) {
+    Eigen::Index rows = 0;
+    bool half = true;
+    for (const WeightMatrix* p : parts) rows += p->rows(), half = half && p->is_half_;
+    const Eigen::Index cols = parts.front()->cols();
+    RowMatrixXf f(half ? 0 : rows, cols);
+    HalfMatrix h(half ? rows : 0, cols);
+    Eigen::Index r = 0;
+    for (const WeightMatrix* p : parts) {
+      if (half)
+        h.middleRows(r, p->rows()) = p->half_;
+      else
+        p->row_block_into(f.middleRows(r, p->rows()));
+      r += p->rows();
+    }
+    return half ? WeightMatrix(std::move(h)) : WeightMatrix(std::move(f));
+  }
+
+  /// The weights as float (an engine that multiplies float only: cuBLAS here; the tests' double
+  /// oracles). A float16 matrix converts once, on first use, and keeps the copy.
+  const RowMatrixXf& as_float() const {
+    if (!is_half_) return float_;
+    std::call_once(converted_->once, [&] { converted_->values = half_.cast<float>(); });
+    return converted_->values;
+  }
+
+  friend bool operator==(const WeightMatrix& a, const WeightMatrix& b) {
+    return a.is_half_ == b.is_half_ && (a.is_half_ ? a.half_ == b.half_ : a.float_ == b.float_);
+  }
+
+ private:
+  struct FloatCopy {
+    std::once_flag once;
+    RowMatrixXf values;
+  };
+
+  RowMatrixXf float_;
+  HalfMatrix half_;
+  bool is_half_ = false;
+  std::shared_ptr<FloatCopy> converted_ = std::make_shared<FloatCopy>();
+};
+
+}  // namespace polyattn::whisper
