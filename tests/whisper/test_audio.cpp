@@ -115,7 +115,8 @@ TEST_SUITE("audio") {
     std::vector<std::int16_t> s(kIn / 2);  // 0.5 s
     for (std::size_t i = 0; i < s.size(); ++i)
       s[i] = static_cast<std::int16_t>(std::lround(16000.0 * std::sin(2 * std::numbers::pi * kHz * i / kIn)));
-    const std::string path = whisper_test::temp_path("441.wav");
+    const whisper_test::TempFile file("441.wav");
+    const std::string& path = file.path();
     whisper_test::write_file(path, make_wav(1, 1, kIn, 16, pcm16(s)));
     const std::vector<float> out = load_audio_16k_mono(path);
     CHECK(out.size() == 8000);
@@ -181,7 +182,8 @@ TEST_SUITE("audio") {
       interleaved.push_back(r);
       mono.push_back(static_cast<float>((static_cast<double>(l) + r) / 2));
     }
-    const std::string path = whisper_test::temp_path("stereo.flac");
+    const whisper_test::TempFile file("stereo.flac");
+    const std::string& path = file.path();
     write_with_libsndfile(path, SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 16000, 2, interleaved);
     const auto bytes = read_file_bytes(path);
     const Audio a = decode_audio(bytes, path);
@@ -216,7 +218,8 @@ TEST_SUITE("audio") {
       interleaved.push_back(static_cast<float>(0.3 * std::sin(2 * std::numbers::pi * 1000.0 * t) +
                                                0.2 * std::sin(2 * std::numbers::pi * 12000.0 * t)));
     }
-    const std::string path = whisper_test::temp_path("stereo44100.wav");
+    const whisper_test::TempFile file("stereo44100.wav");
+    const std::string& path = file.path();
     write_with_libsndfile(path, SF_FORMAT_WAV | SF_FORMAT_FLOAT, kIn, 2, interleaved);
     const std::vector<float> out = load_audio_16k_mono(path);
     REQUIRE(out.size() == 16000);  // 44100 frames at 44.1 kHz = 1 s
@@ -293,7 +296,8 @@ TEST_SUITE("audio") {
   TEST_CASE("a truncated or corrupt FLAC is a FormatError naming the file") {
     std::vector<float> x(20000);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(0.5 * std::sin(0.01 * static_cast<double>(i)));
-    const std::string path = whisper_test::temp_path("tone.flac");
+    const whisper_test::TempFile file("tone.flac");
+    const std::string& path = file.path();
     write_with_libsndfile(path, SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 16000, 1, x);
     const auto good = read_file_bytes(path);
     REQUIRE(decode_audio(good).samples.size() == x.size());

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include <unistd.h>  // getpid
@@ -41,5 +42,21 @@ inline bool have_file(const std::string& path) {
 inline std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("polyattn_whisper_test_" + std::to_string(::getpid()) + "_" + name)).string();
 }
+
+// A file temp_path(name) that is removed when this goes out of scope, a failed check included.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& name) : path_(temp_path(name)) {}
+  ~TempFile() {
+    std::error_code ignored;  // never written (a test that failed first): nothing to remove
+    std::filesystem::remove(path_, ignored);
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace whisper_test
