@@ -141,6 +141,13 @@ TEST_CASE("fork on Paged<P> shares the full pages and copies the partly filled l
   }
   CHECK(store.pages_of(child)[2] != store.pages_of(parent)[2]);
   CHECK(store.references(store.pages_of(child)[2]) == 1);
+  // Memory: 4 pages held (2 shared, 2 last pages), each counted once; 2 x 10 rows without sharing.
+  const std::size_t page_bytes = 4 * 2 * (2 * 8) * sizeof(float);  // 4 tokens x (K, V) x (2 heads x 8)
+  const CacheMemory memory = attn.cache_memory();
+  CHECK(memory.held == 4 * page_bytes);
+  CHECK(memory.shared == 2 * page_bytes);
+  CHECK(memory.allocated == 4 * page_bytes);  // one chunk committed: a sequence at full capacity (16 tokens)
+  CHECK(attn.cache_bytes_used(parent) + attn.cache_bytes_used(child) == 20 * page_bytes / 4);
   // A fork of a sequence that ends on a page boundary copies nothing.
   attn.append(parent, RandomRows<Mha>(s, 2, rng).view());
   const int free_before = store.free_pages();
@@ -154,6 +161,21 @@ TEST_CASE("fork on Paged<P> shares the full pages and copies the partly filled l
   CHECK(store.references(store.pages_of(child)[0]) == 1);
   attn.close_sequence(child);
   CHECK(store.free_pages() == 7);
+  CHECK(attn.cache_memory().held == 0);
+  CHECK(attn.cache_memory().shared == 0);
+}
+
+TEST_CASE_TEMPLATE("contiguous layouts: a fork copies its rows, so memory holds both and shares none", L, Nhd, Hnd) {
+  const AttentionShape s{2, 8};
+  std::mt19937 rng(6);
+  Attention<Mha, L, exec::Reference> attn(s, {.max_sequences = 3, .capacity = 16});
+  const int parent = attn.open_sequence();
+  attn.append(parent, RandomRows<Mha>(s, 10, rng).view());
+  attn.fork(parent);
+  const std::size_t row_bytes = 2 * (2 * 8) * sizeof(float);
+  CHECK(attn.cache_memory().held == 20 * row_bytes);
+  CHECK(attn.cache_memory().shared == 0);
+  CHECK(attn.cache_memory().allocated == 3 * 16 * row_bytes);
 }
 
 TEST_CASE("a fork that cannot be made changes nothing") {

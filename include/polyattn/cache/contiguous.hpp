@@ -98,6 +98,15 @@ class ContiguousStore {
     for (const auto& d : data_) bytes += d.size() * sizeof(T);
     return bytes;
   }
+  /// Rows of the open sequences; a fork copies its rows, so none is shared.
+  std::size_t bytes_held() const {
+    std::size_t rows = 0, row_bytes = 0;
+    for (int seq = 0; seq < table_.max_sequences(); ++seq)
+      if (table_.is_open(seq)) rows += std::size_t(table_.length(seq));
+    for (const TensorSpec& spec : specs_) row_bytes += spec.elements() * sizeof(T);
+    return rows * row_bytes;
+  }
+  std::size_t bytes_shared() const { return 0; }
 
  private:
   static T fill_value_nan() { return std::numeric_limits<T>::quiet_NaN(); }

@@ -21,6 +21,8 @@
 //   T*   row(int tensor, int seq, int token, int head);        // `dim` contiguous elements
 //   CacheRun<T> run(int tensor, int seq, int token, int head) const;  // rows from `token` on
 //   std::size_t bytes_allocated() const;
+//   std::size_t bytes_held() const;          // rows of open sequences, each shared row once
+//   std::size_t bytes_shared() const;        // the part of bytes_held() several sequences hold
 //
 // Within a row the `dim` elements are contiguous in every layout; layouts differ only in the
 // stride between consecutive tokens and where a run of such rows ends (a page boundary).

@@ -177,6 +177,11 @@ class CacheStore<Paged<PageSize>, T> {
     return bytes;
   }
 
+  /// Pages open sequences hold, each counted once however many forks hold it.
+  std::size_t bytes_held() const { return page_bytes() * pages_held_by(1); }
+  /// The part of bytes_held() in pages that several sequences hold.
+  std::size_t bytes_shared() const { return page_bytes() * pages_held_by(2); }
+
   /// The pages of a sequence, in token order (for tests and device copies).
   std::span<const int> pages_of(int seq) const {
     table_.check_open(seq);
@@ -225,6 +230,16 @@ class CacheStore<Paged<PageSize>, T> {
     free_pages_.pop_back();
     references_[std::size_t(p)] = 1;
     return p;
+  }
+
+  std::size_t page_bytes() const {
+    std::size_t bytes = 0;
+    for (const TensorSpec& spec : specs_) bytes += std::size_t(PageSize) * spec.elements() * sizeof(T);
+    return bytes;
+  }
+  /// Committed pages that at least `holders` sequences hold.
+  std::size_t pages_held_by(int holders) const {
+    return std::size_t(std::count_if(references_.begin(), references_.begin() + committed_pages_, [&](int r) { return r >= holders; }));
   }
 
   void commit_chunk() {

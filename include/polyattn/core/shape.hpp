@@ -34,4 +34,13 @@ struct CacheConfig {
   bool poison_unused = false;  ///< fill unused and freed rows with NaN, so a read past the end shows
 };
 
+/// Memory of a cache (Attention::cache_memory). `held` counts each row once, however many
+/// sequences hold it: the sum of cache_bytes_used over the open sequences, minus `held`, is what
+/// sharing saves, and `allocated` minus `held` what the store keeps unused.
+struct CacheMemory {
+  std::size_t allocated = 0;  ///< bytes the store has committed
+  std::size_t held = 0;       ///< bytes of the rows open sequences hold
+  std::size_t shared = 0;     ///< the part of `held` that several sequences hold (Paged<P> forks share full pages)
+};
+
 }  // namespace polyattn
