@@ -64,8 +64,8 @@ class CrossCacheAttention {
   CrossCacheAttention(const WhisperWeights& w, const DecoderConfig& cfg)
       : dims_(w.dims),
         cross_({.n_heads = w.dims.n_text_head, .head_dim = w.dims.n_text_state / w.dims.n_text_head, .model_dim = w.dims.n_text_state},
-               layer_weights(w), {.max_sequences = cfg.max_sequences, .capacity = w.dims.n_audio_ctx}, cfg.threads),
-        frames_(static_cast<std::size_t>(cfg.max_sequences), 0) {}
+               layer_weights(w), {.max_sequences = cfg.audio_slots(), .capacity = w.dims.n_audio_ctx}, cfg.threads),
+        frames_(static_cast<std::size_t>(cfg.audio_slots()), 0) {}
 
   int open(ConstMatrixRef encoder_output) {
     if (encoder_output.cols() != dims_.n_text_state || encoder_output.rows() < 1 || encoder_output.rows() > dims_.n_audio_ctx)

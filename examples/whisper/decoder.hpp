@@ -8,9 +8,12 @@
 //   int seq = dec.open(audio_features);          // cross cache filled for the window
 //   RowMatrixXf logits = dec.prefill(seqs, prompt);   // (B, n_vocab), after the last prompt token
 //   logits = dec.decode(seqs, next_tokens);      // one token per sequence
+//   int beam = dec.fork(seq);                    // holds seq's tokens, reads seq's cross cache
 //   dec.close(seq);
 //
 // Sequences are independent: they may have different lengths and join or leave between steps.
+// A fork (a beam) shares its parent's audio: one cross cache per window however many beams read
+// it (DecoderConfig::max_audio windows, max_sequences sequences), freed with its last sequence.
 #pragma once
 
 #include <algorithm>
@@ -54,6 +57,9 @@ class Decoder {
 
   // Opens a sequence for one audio window; features: (n_audio_ctx, d) from the encoder.
   int open(ConstMatrixRef audio_features);
+  // A new sequence holding seq's tokens and reading seq's audio (a beam); throws, changing
+  // nothing, when no sequence slot (or self-cache page) is free.
+  int fork(int seq);
   void close(int seq);
 
   // Tokens fed to `seq` so far.
@@ -93,6 +99,7 @@ class Decoder {
  private:
   static const DecoderConfig& checked(const DecoderConfig& cfg) {
     if (cfg.max_sequences < 1) throw Error("decoder: max_sequences must be >= 1, got " + std::to_string(cfg.max_sequences));
+    if (cfg.max_audio < 0) throw Error("decoder: max_audio must be >= 0, got " + std::to_string(cfg.max_audio));
     return cfg;
   }
 
@@ -132,31 +139,75 @@ class Decoder {
   Cross cross_;
   std::vector<Self> self_;        // one per decoder layer
   std::vector<int> length_;       // per sequence slot; -1 = closed
+  std::vector<int> audio_of_;     // per sequence slot: its cross-cache sequence (its audio window)
+  std::vector<int> readers_;      // per cross-cache sequence: the open sequences reading it
   RowMatrixXf x_, sub_;           // (n * B, d): hidden states, a sub-layer's output
 };
 
 template <class Policies>
 Decoder<Policies>::Decoder(const WhisperWeights& w, DecoderConfig cfg)
-    : w_(&w), dense_(cfg.dense ? cfg.dense : &eigen_dense()), cross_(w, checked(cfg)), length_(std::size_t(cfg.max_sequences), -1) {
+    : w_(&w),
+      dense_(cfg.dense ? cfg.dense : &eigen_dense()),
+      cross_(w, checked(cfg)),
+      length_(std::size_t(cfg.max_sequences), -1),
+      audio_of_(std::size_t(cfg.max_sequences), -1),
+      readers_(std::size_t(cfg.audio_slots()), 0) {
   self_.reserve(w.decoder.size());
   for (std::size_t l = 0; l < w.decoder.size(); ++l) self_.emplace_back(w.decoder[l], w.dims, cfg, static_cast<int>(l));
 }
 
 template <class Policies>
 int Decoder<Policies>::open(ConstMatrixRef audio_features) {
-  const int seq = cross_.open(audio_features);
-  for (Self& s : self_)
-    if (s.open_sequence() != seq) throw Error("decoder: self- and cross-attention caches disagree on the sequence slot");
+  if (std::find(length_.begin(), length_.end(), -1) == length_.end())
+    throw CapacityError("decoder: all " + std::to_string(length_.size()) + " sequence slots are open");
+  const int audio = cross_.open(audio_features);  // throws, changing nothing, when every window slot is open
+  int seq = -1;
+  for (Self& s : self_)  // every layer hands out the same free slot (their caches open and close together)
+    if (const int opened = s.open_sequence(); seq < 0)
+      seq = opened;
+    else if (opened != seq)
+      throw Error("decoder: the self-attention layers disagree on the sequence slot");
   length_[std::size_t(seq)] = 0;
+  audio_of_[std::size_t(seq)] = audio;
+  readers_[std::size_t(audio)] = 1;
   return seq;
+}
+
+template <class Policies>
+int Decoder<Policies>::fork(int seq) {
+  check_open(seq);
+  if (std::find(length_.begin(), length_.end(), -1) == length_.end())
+    throw CapacityError("decoder: cannot fork sequence " + std::to_string(seq) + ": all " + std::to_string(length_.size()) +
+                        " sequence slots are open");
+  std::size_t forked = 0;
+  int child = -1;
+  try {
+    for (; forked < self_.size(); ++forked) {
+      const int c = self_[forked].fork_sequence(seq);  // throws, changing that layer's cache not at all
+      if (child >= 0 && c != child) {
+        self_[forked].close_sequence(c);
+        throw Error("decoder: the self-attention layers disagree on the sequence slot");
+      }
+      child = c;
+    }
+  } catch (...) {  // a layer's page pool ran out: the layers already forked let go again
+    for (std::size_t l = 0; l < forked; ++l) self_[l].close_sequence(child);
+    throw;
+  }
+  length_[std::size_t(child)] = length_[std::size_t(seq)];
+  audio_of_[std::size_t(child)] = audio_of_[std::size_t(seq)];
+  ++readers_[std::size_t(audio_of_[std::size_t(seq)])];
+  return child;
 }
 
 template <class Policies>
 void Decoder<Policies>::close(int seq) {
   check_open(seq);
-  cross_.close(seq);
   for (Self& s : self_) s.close_sequence(seq);
+  const int audio = audio_of_[std::size_t(seq)];
+  if (--readers_[std::size_t(audio)] == 0) cross_.close(audio);
   length_[std::size_t(seq)] = -1;
+  audio_of_[std::size_t(seq)] = -1;
 }
 
 template <class Policies>
@@ -187,6 +238,8 @@ RowMatrixXf Decoder<Policies>::forward(std::span<const int> seqs, Eigen::Index n
       w_->token_embedding.row_into(token(p, i), row);
       row += w_->decoder_positions.row(length_[std::size_t(seqs[std::size_t(i)])] + p);
     }
+  std::vector<int> audio;  // the cross-cache sequence of each of seqs (beams of one window share it)
+  for (int seq : seqs) audio.push_back(audio_of_[std::size_t(seq)]);
   sub_.resize(n * B, D);
   for (std::size_t l = 0; l < w_->decoder.size(); ++l) {
     const DecoderBlock& b = w_->decoder[l];
@@ -196,7 +249,7 @@ RowMatrixXf Decoder<Policies>::forward(std::span<const int> seqs, Eigen::Index n
       self_[l].prefill(seqs, layer_norm(x_, b.self_ln), sub_);
     x_ += sub_;
     const RowMatrixXf h = layer_norm(x_, b.cross_ln);
-    for (Eigen::Index p = 0; p < n; ++p) cross_.attend(static_cast<int>(l), seqs, h.middleRows(p * B, B), sub_.middleRows(p * B, B));
+    for (Eigen::Index p = 0; p < n; ++p) cross_.attend(static_cast<int>(l), audio, h.middleRows(p * B, B), sub_.middleRows(p * B, B));
     x_ += sub_;
     RowMatrixXf hidden = dense_->linear(layer_norm(x_, b.mlp_ln), b.fc1);
     gelu_inplace(hidden);

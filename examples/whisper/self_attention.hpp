@@ -6,6 +6,7 @@
 //   S::name()                                  the --self name, e.g. "mha/nhd"
 //   S(const DecoderBlock&, const WhisperDims&, const DecoderConfig&, int layer)
 //   int  open_sequence();  void close_sequence(int seq);
+//   int  fork_sequence(int seq);               a new sequence holding seq's tokens (a beam)
 //   void prefill(seqs, x, out)   x, out: (n * B, d), B = seqs.size(), position-major: row
 //                                p * B + i is token p of seqs[i]'s chunk; causal over what the
 //                                sequence holds and the chunk
@@ -44,7 +45,10 @@ namespace polyattn::whisper {
 
 // What a Decoder needs to build its attention policies.
 struct DecoderConfig {
-  int max_sequences = 1;  // sequences decoded at once (the batch)
+  int max_sequences = 1;  // sequences decoded at once (the batch; beams count one each)
+  int max_audio = 0;      // audio windows open at once, each with its cross cache shared by its
+                          // sequences (beams); 0 = max_sequences
+  int audio_slots() const { return max_audio > 0 ? max_audio : max_sequences; }
   int threads = 0;        // attention executor threads (0 = all hardware threads)
   Dense* dense = nullptr;  // where the projections and the MLP run (dense.hpp); nullptr: eigen_dense()
 };
@@ -64,6 +68,7 @@ concept SelfAttentionPolicy =
       { S::name() } -> std::convertible_to<std::string>;
       { s.open_sequence() } -> std::same_as<int>;
       s.close_sequence(seq);
+      { s.fork_sequence(seq) } -> std::same_as<int>;
       s.prefill(seqs, x, out);
       s.decode(seqs, x, out);
       { cs.cache_use() } -> std::same_as<CacheUse>;
@@ -142,6 +147,7 @@ class VariantSelfLayer {
 
   int open_sequence() { return attn_.open_sequence(); }
   void close_sequence(int seq) { attn_.close_sequence(seq); }
+  int fork_sequence(int seq) { return attn_.fork(seq); }
 
   void prefill(std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) {
     const auto B = static_cast<Eigen::Index>(seqs.size());
@@ -243,6 +249,9 @@ class SelfAttention {
   }
   void close_sequence(int seq) {
     std::visit([&](auto& l) { l.close_sequence(seq); }, layer_);
+  }
+  int fork_sequence(int seq) {
+    return std::visit([&](auto& l) { return l.fork_sequence(seq); }, layer_);
   }
   void prefill(std::span<const int> seqs, ConstMatrixRef x, MatrixRef out) {
     std::visit([&](auto& l) { l.prefill(seqs, x, out); }, layer_);

@@ -111,6 +111,59 @@ TEST_SUITE("model") {
 }
 
 TEST_SUITE("model") {
+  TEST_CASE("synthetic model: forked sequences (beams) read their parent's cross cache and go on as their own tokens say") {
+    whisper_test::Rng rng(13);
+    const int n_vocab = 51864, d = 8;
+    const WhisperWeights c = weights_from_ct2(Ct2ModelBin::parse(tiny_ct2(tiny_pytorch_model(rng, n_vocab, d))));
+    RowMatrixXf mel(80, 3000);
+    for (Eigen::Index i = 0; i < mel.size(); ++i) mel.data()[i] = rng.normal_ish();
+    const RowMatrixXf features = encode(c, mel);
+    const std::vector<int> prompt = {50257, 50362, 11};
+    auto close_to = [](const RowVectorXf& got, const RowVectorXf& want) {
+      return (got - want).cwiseAbs().maxCoeff() <= 1e-4f * (1.0f + want.cwiseAbs().maxCoeff());
+    };
+    [&]<class... Ps>(polyattn::TypeList<Ps...>) {
+      (..., [&] {
+        if constexpr (!is_exact_policy<Ps>) return;
+        INFO("policies: " << Ps::name());
+        Decoder<Ps> dec(c, {.max_sequences = 3, .max_audio = 1, .threads = 2});
+        const int parent = dec.open(features);
+        const int one[] = {parent};
+        dec.prefill(one, prompt);
+        const std::size_t cross_held = dec.cache_use().cross.bytes_held;
+        const int child = dec.fork(parent), twin = dec.fork(child);
+        CHECK(dec.length(child) == 3);
+        CHECK(dec.cache_use().cross.bytes_held == cross_held);  // one audio, one cross cache
+        // The three diverge: each decodes its own token, in one batch; each equals the oracle of its history.
+        const int seqs[] = {parent, child, twin}, tokens[] = {400, 7, 9000};
+        RowMatrixXf logits = dec.decode(seqs, tokens);
+        for (int i = 0; i < 3; ++i) {
+          std::vector<int> history = prompt;
+          history.push_back(tokens[i]);
+          CHECK(close_to(logits.row(i), whisper_test::dense_decoder_logits(c, features, history)));
+        }
+        // The parent leaves; its beams still read the window's cross cache.
+        dec.close(parent);
+        CHECK(dec.cache_use().cross.bytes_held == cross_held);
+        const int rest[] = {child, twin}, next[] = {5, 5};
+        logits = dec.decode(rest, next);
+        CHECK(close_to(logits.row(0), whisper_test::dense_decoder_logits(c, features, {50257, 50362, 11, 7, 5})));
+        CHECK(close_to(logits.row(1), whisper_test::dense_decoder_logits(c, features, {50257, 50362, 11, 9000, 5})));
+        // No free sequence slot for a fork, and no free window for another audio: errors that change nothing.
+        const int again = dec.fork(child);
+        CHECK_THROWS_WITH_AS(dec.fork(twin), doctest::Contains("all 3 sequence slots are open"), polyattn::CapacityError);
+        dec.close(again);
+        CHECK_THROWS_AS(dec.open(features), polyattn::CapacityError);
+        CHECK(dec.length(child) == 5);
+        dec.close(child);
+        dec.close(twin);
+        CHECK(dec.cache_use().cross.bytes_held == 0);  // freed with its last sequence
+        const int reopened = dec.open(features);
+        CHECK(dec.length(reopened) == 0);
+      }());
+    }(DecoderCombinations{});
+  }
+
   TEST_CASE("synthetic model: weights stored float16 give the encoding and logits of the same values stored float32, bit for bit") {
     whisper_test::Rng rng(11);
     const int n_vocab = 51864, d = 8;
