@@ -108,6 +108,12 @@ class Decoder {
       throw Error("decoder: sequence " + std::to_string(seq) + " is not open");
   }
 
+  // Before a cache is touched: open() and fork() need a free sequence slot.
+  void check_free_slot(const std::string& what) const {
+    if (std::find(length_.begin(), length_.end(), -1) == length_.end())
+      throw CapacityError("decoder: cannot " + what + ": all " + std::to_string(length_.size()) + " sequence slots are open");
+  }
+
   // Everything that can fail is checked here, before any cache is written.
   void check(std::span<const int> seqs, std::span<const int> tokens, int n, const char* what) const {
     const WhisperDims& d = w_->dims;
@@ -158,8 +164,7 @@ Decoder<Policies>::Decoder(const WhisperWeights& w, DecoderConfig cfg)
 
 template <class Policies>
 int Decoder<Policies>::open(ConstMatrixRef audio_features) {
-  if (std::find(length_.begin(), length_.end(), -1) == length_.end())
-    throw CapacityError("decoder: all " + std::to_string(length_.size()) + " sequence slots are open");
+  check_free_slot("open a sequence");
   const int audio = cross_.open(audio_features);  // throws, changing nothing, when every window slot is open
   int seq = -1;
   for (Self& s : self_)  // every layer hands out the same free slot (their caches open and close together)
@@ -176,9 +181,7 @@ int Decoder<Policies>::open(ConstMatrixRef audio_features) {
 template <class Policies>
 int Decoder<Policies>::fork(int seq) {
   check_open(seq);
-  if (std::find(length_.begin(), length_.end(), -1) == length_.end())
-    throw CapacityError("decoder: cannot fork sequence " + std::to_string(seq) + ": all " + std::to_string(length_.size()) +
-                        " sequence slots are open");
+  check_free_slot("fork sequence " + std::to_string(seq));
   std::size_t forked = 0;
   int child = -1;
   try {
