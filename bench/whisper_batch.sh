@@ -5,7 +5,7 @@
 #   bench/whisper_batch.sh [log dir]        (run from anywhere; paths are from the repo root)
 # Environment: WHISPER (CLI, default build/release/examples/whisper/whisper), MODEL (default
 # models/tiny.en), DATA (holds jfk.wav, default ../shared/data), BATCHES (default "1 16 64"),
-# THREADS (default 2), POLICIES (space-separated self+cross pairs, default below).
+# THREADS (default 2), BEAM (beam size, default 1), POLICIES (space-separated self+cross pairs, default below).
 #
 # Each run decodes N copies of jfk.wav at --batch N: every sequence has the same length, so the
 # batch stays full from the first step to the last and "batch N" means N sequences per step.
@@ -20,6 +20,7 @@ model=${MODEL:-models/tiny.en}
 data=${DATA:-../shared/data}
 batches=${BATCHES:-1 16 64}
 threads=${THREADS:-2}
+beam=${BEAM:-1}  # 1: greedy, so that "batch N" means N sequences per step
 policies=${POLICIES:-mha/nhd+baseline mha/nhd+k-only mha/nhd+e-cache mha/nhd+hybrid slimk/nhd+e-cache xcache/nhd+e-cache}
 logs=${1:-$(mktemp -d "${TMPDIR:-/tmp}/whisper_batch.XXXXXX")}
 
@@ -39,7 +40,7 @@ for n in $batches; do
     echo "run: batch $n --self $self --cross $cross" >>"$log"
     echo "batch $n: --self $self --cross $cross" >&2
     "$whisper" --model "$model" --audio "${audio[@]}" --batch "$n" --threads "$threads" --self "$self" --cross "$cross" \
-      2>>"$log" >"$log.stdout"
+      --beam-size "$beam" 2>>"$log" >"$log.stdout"
     echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$log"
   done
 done

@@ -10,7 +10,7 @@ import sys
 PATTERNS = {
     "load": re.compile(r"^load: ([\d.]+) ([\d.]+) ([\d.]+)"),
     "run": re.compile(r"^run: batch (\d+) --self (\S+) --cross (\S+)"),
-    "max_batch": re.compile(r"batch up to (\d+);"),
+    "max_batch": re.compile(r"batch up to (\d+) window"),
     "times": re.compile(r"mel ([\d.]+) ms, encode ([\d.]+) ms, decode ([\d.]+) ms \(opening windows ([\d.]+) ms, .*?\): "
                         r"(\d+) tokens, ([\d.]+) tokens/s"),
     "steps": re.compile(r"prefill ([\d.]+) ms .*?; decode steps ([\d.]+) ms: (\d+) steps, (\d+) tokens, ([\d.]+) tokens/s"),

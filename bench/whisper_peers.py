@@ -96,7 +96,7 @@ def ct2_child(args):
             t1 = time.perf_counter()
             enc = model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None])), to_cpu=False)
             encode_s += time.perf_counter() - t1
-            res = model.generate(enc, [PROMPT], beam_size=1, max_length=448, suppress_blank=True, suppress_tokens=[-1])
+            res = model.generate(enc, [PROMPT], beam_size=args.beam_size, max_length=448, suppress_blank=True, suppress_tokens=[-1])
             file_tokens += [t for t in res[0].sequences_ids[0] if t < 50256]
         tokens.append(file_tokens)
     print(json.dumps({"tokens": tokens, "load_ms": 1e3 * (t_load - t0), "encode_ms": 1e3 * encode_s,
@@ -109,6 +109,7 @@ def ct2_child(args):
 def polyattn_run(args, pair, clip):
     self_name, cross_name = pair.split("+")
     cmd = [args.cli, "--model", args.model, "--threads", str(args.threads), "--batch", "16", "--tokens",
+           "--beam-size", str(args.beam_size),
            "--self", self_name, "--cross", cross_name, "--audio", *clip]
     wall, rc, out, err = run_timed(cmd)
     if rc != 0:
@@ -122,7 +123,7 @@ def polyattn_run(args, pair, clip):
 
 def ct2_run(args, compute_type, clip):
     cmd = [sys.executable, os.path.abspath(__file__), "--ct2-child", "--compute-type", compute_type, "--model", args.model,
-           "--threads", str(args.threads), *clip]
+           "--threads", str(args.threads), "--beam-size", str(args.beam_size), *clip]
     wall, rc, out, err = run_timed(cmd)
     if rc != 0:
         print(f"error: the CTranslate2 child exited {rc}:\n{err}", file=sys.stderr)
@@ -139,6 +140,7 @@ def main():
     ap.add_argument("--cli", default=os.path.join(REPO, "build", "release", "examples", "whisper", "whisper"))
     ap.add_argument("--pairs", nargs="+", default=["mha/nhd+baseline", "xcache/nhd+e-cache"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--beam-size", type=int, default=1, help="both systems (1: greedy)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--json", default=os.path.join(REPO, "build", "whisper_peers.json"))
     ap.add_argument("--ct2-child", action="store_true", help=argparse.SUPPRESS)
@@ -168,7 +170,7 @@ def main():
         print(f"done: {clip_name}", file=sys.stderr)
 
     print(f"\n{cpu_model()}, {os.cpu_count()} CPUs, {args.threads} threads; fresh process per run, model load included; "
-          f"median of {args.runs}; greedy, no timestamps")
+          f"median of {args.runs}; " + ("greedy" if args.beam_size == 1 else f"beam size {args.beam_size}") + ", no timestamps")
     head = "| clip | system | wall s | encode ms | peak MiB | tokens = polyattn's | polyattn wall / this |"
     print(head + "\n|---|---|---|---|---|---|---|")
     summary = {"cpu": cpu_model(), "threads": args.threads, "runs": args.runs, "clips": {}}

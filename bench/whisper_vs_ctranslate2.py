@@ -2,8 +2,9 @@
 """polyattn's Whisper example against CTranslate2 on the same tiny.en weights and audio.
 
 CTranslate2 gets a log-mel spectrogram computed here in numpy, independently of the C++ front
-end (Whisper's algorithm, Slaney filters as librosa computes them), and decodes greedily with
-openai-whisper's rules. The polyattn CLI runs once per instantiated policy pair, which it lists
+end (Whisper's algorithm, Slaney filters as librosa computes them), and decodes with
+openai-whisper's suppression rules, greedily or with --beam-size N (CTranslate2's beam search,
+which the CLI follows). The polyattn CLI runs once per instantiated policy pair, which it lists
 in `whisper --help`. Prints, per decoder, whether its tokens equal CTranslate2's, encode time,
 decode tokens/s, total time, peak memory and the end-to-end ratio polyattn / CTranslate2.
 
@@ -129,7 +130,7 @@ def run_ctranslate2(args, audios, filters):
                 enc = model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None])), to_cpu=False)
                 t2 = time.perf_counter()
                 # suppress_tokens=[-1]: the model's config suppress_ids, as openai-whisper's "-1".
-                res = model.generate(enc, [prompt], beam_size=1, max_length=448, suppress_blank=True,
+                res = model.generate(enc, [prompt], beam_size=args.beam_size, max_length=448, suppress_blank=True,
                                      suppress_tokens=[-1], return_scores=False)
                 t3 = time.perf_counter()
                 tokens = [t for t in res[0].sequences_ids[0] if t < 50256]  # text tokens (no eot)
@@ -169,7 +170,7 @@ def cli_policies(cli):
 
 def run_polyattn_once(args, self_name, cross_name):
     cmd = [args.cli, "--model", args.model, "--audio", *args.audio, "--self", self_name, "--cross", cross_name,
-           "--threads", str(args.threads), "--tokens"]
+           "--threads", str(args.threads), "--beam-size", str(args.beam_size), "--tokens"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         print(f"error: {' '.join(cmd)} exited {p.returncode}:\n{p.stderr}", file=sys.stderr)
@@ -213,6 +214,7 @@ def main():
     ap.add_argument("--model", default=os.path.join(REPO, "models", "tiny.en"))
     ap.add_argument("--cli", default=os.path.join(REPO, "build", "release", "examples", "whisper", "whisper"))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--beam-size", type=int, default=1, help="for both decoders (1: greedy)")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions after one warm-up (median reported)")
     args = ap.parse_args()
     args.audio = args.audio or [os.path.join(SHARED, "jfk.wav")]

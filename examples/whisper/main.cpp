@@ -32,7 +32,7 @@ namespace pw = polyattn::whisper;
            : std::string();
   std::fprintf(stderr,
                "usage: %s --model DIR|FILE.bin --audio FILE [FILE...] [--device cpu|cuda] [--self NAME] [--cross NAME] "
-               "[--threads N] [--batch N] [--tokens]\n"
+               "[--threads N] [--batch N] [--beam-size N] [--patience F] [--length-penalty F] [--tokens]\n"
                "       %s [--device cpu|cuda] --list-policies   (one instantiated 'SELF CROSS' pair per line)\n"
                "  DIR: a CTranslate2 Whisper model directory (model.bin, config.json, vocabulary.txt)\n"
                "  FILE.bin: a whisper.cpp ggml model (f32/f16)\n"
@@ -44,10 +44,22 @@ namespace pw = polyattn::whisper;
                "%s"
                "  --threads N: Eigen and CPU attention threads (default: all)\n"
                "  --batch N: 30 s windows decoded at once (default 16; all files' windows share the batch)\n"
+               "  --beam-size N: beams per window (default 5; 1 is greedy decoding), with CTranslate2's rules; the beams\n"
+               "      of a window share its cross cache, and on a paged self-attention layout the pages of their common tokens\n"
+               "  --patience F: a window's search ends after round(N * F) finished hypotheses (default 1)\n"
+               "  --length-penalty F: hypotheses are ranked by log-prob / length^F (default 1)\n"
                "  --tokens: after each transcript, print the sampled token ids as 'FILE:tokens: ID ID ...'\n",
                argv0, argv0, cuda ? "" : "Not in this executable: whisper_cuda (built when nvcc is found) has it.",
                pw::cpu_backend().available_policies().c_str(), cuda_policies.c_str());
   std::exit(2);
+}
+
+float parse_float(const char* argv0, const std::string& flag, const char* value, float lo, float hi) {
+  char* end = nullptr;
+  const float x = std::strtof(value, &end);
+  if (*value == '\0' || *end != '\0' || !(x >= lo && x <= hi))
+    usage(argv0, flag + " " + value + " is not a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
 }
 
 int parse_int(const char* argv0, const std::string& flag, const char* value, int lo, int hi) {
@@ -82,7 +94,8 @@ void print_cache(const char* what, const std::string& policy, const pw::CacheUse
 int main(int argc, char** argv) {
   std::string model_path, device = "cpu", self, cross = "baseline";
   std::vector<std::string> audio;
-  int threads = 0, batch = 16;
+  int threads = 0, batch = 16, beam_size = 5;
+  float patience = 1.0f, length_penalty = 1.0f;
   bool print_tokens = false, list_policies = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -105,6 +118,12 @@ int main(int argc, char** argv) {
       threads = parse_int(argv[0], a, value(), 1, 256);
     } else if (a == "--batch") {
       batch = parse_int(argv[0], a, value(), 1, 4096);
+    } else if (a == "--beam-size") {
+      beam_size = parse_int(argv[0], a, value(), 1, 64);
+    } else if (a == "--patience") {
+      patience = parse_float(argv[0], a, value(), 0.01f, 100.0f);
+    } else if (a == "--length-penalty") {
+      length_penalty = parse_float(argv[0], a, value(), 0.0f, 10.0f);
     } else if (a == "--tokens") {
       print_tokens = true;
     } else if (a == "--list-policies") {
@@ -172,6 +191,9 @@ int main(int argc, char** argv) {
     pw::TranscribeOptions opt;
     opt.batch = batch;
     opt.threads = threads;
+    opt.beam_size = beam_size;
+    opt.patience = patience;
+    opt.length_penalty = length_penalty;
     opt.on_window = [&](std::size_t file, int done, int total) {
       if (total > 1) std::fprintf(stderr, "  %s: window %d/%d done\n", paths[file].c_str(), done, total);
     };
@@ -189,17 +211,20 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "  %.2f s audio, %d window(s), %zu tokens\n", static_cast<double>(samples[f].size()) / 16000.0,
                    t.windows, t.tokens.size());
       for (const int w : t.cut_windows)
-        std::fprintf(stderr, "warning: %s: window %d/%d (from %d s) filled the %d-token text context without end-of-text: its text is cut there\n",
-                     paths[f].c_str(), w + 1, t.windows, 30 * w, model.rules().max_length);
+        std::fprintf(stderr, "warning: %s: window %d/%d (from %d s) reached %d sampled tokens without end-of-text: its text is cut there\n",
+                     paths[f].c_str(), w + 1, t.windows, 30 * w, model.max_new_tokens());
     }
     const pw::TranscribeReport& r = result.report;
     // run_sample.sh reads "--self S --cross C:" at the start of this line.
-    std::fprintf(stderr, "%s: %zu file(s), %d window(s), batch up to %d; policies built in %.0f ms; attention on %s, products on %s\n",
-                 r.policies.c_str(), paths.size(), r.windows, r.max_batch, r.prepare_ms, backend->name().c_str(), r.dense.c_str());
+    std::fprintf(stderr,
+                 "%s: %zu file(s), %d window(s), batch up to %d window(s) and %d sequence(s) (beam size %d); policies built in %.0f ms; "
+                 "attention on %s, products on %s\n",
+                 r.policies.c_str(), paths.size(), r.windows, r.max_batch, r.max_sequences, beam_size, r.prepare_ms, backend->name().c_str(),
+                 r.dense.c_str());
     for (const std::string& note : r.notes) std::fprintf(stderr, "  %s\n", note.c_str());
     if (r.windows_cut > 0)
-      std::fprintf(stderr, "  %d of %d window(s) cut at the text context (%d tokens): their transcripts are incomplete\n", r.windows_cut,
-                   r.windows, model.rules().max_length);
+      std::fprintf(stderr, "  %d of %d window(s) cut at %d sampled tokens: their transcripts are incomplete\n", r.windows_cut,
+                   r.windows, model.max_new_tokens());
     std::fprintf(stderr,
                  "  mel %.1f ms, encode %.1f ms, decode %.1f ms (opening windows %.1f ms, prefill and steps %.1f ms): %zu tokens, %.1f "
                  "tokens/s (%.1f after opening windows)\n",

@@ -1,20 +1,23 @@
 // WhisperModel: weights + tokenizer + decoding rules, and transcription of whole
-// recordings. Greedy decoding follows openai-whisper for English-only models without
-// timestamps: prompt <|startoftranscript|><|notimestamps|>; at the first sampled token
-// suppress " " and <|endoftext|> (suppress_blank); always suppress the config's
-// suppress_ids; stop at <|endoftext|> or when the 448-token context is full (the window is then
-// reported as cut: Transcript::cut_windows). Audio longer than 30 s is split into consecutive
-// 30 s windows decoded independently (no timestamps, so no seeking by segment ends), and their
-// texts are concatenated.
+// recordings. Decoding follows CTranslate2 (as faster-whisper runs it) for English-only models
+// without timestamps: prompt <|startoftranscript|><|notimestamps|>; at the first sampled token
+// suppress " " and <|endoftext|> (suppress_blank); always suppress the config's suppress_ids;
+// greedy or beam search (beam_search.hpp) over the log-softmax of what is left; a window ends at
+// <|endoftext|> or after 224 sampled tokens (half the text context; the window is then reported
+// as cut: Transcript::cut_windows). Audio longer than 30 s is split into consecutive 30 s
+// windows decoded independently (no timestamps, so no seeking by segment ends), and their texts
+// are concatenated.
 //
 // transcribe<Policies>(files) decodes the windows of several recordings as one batch of up
-// to `batch` sequences: a window joins when a slot is free (encoded, its cross caches filled,
-// its prompt prefilled) and leaves at its end-of-text, so the sequences have different lengths.
-// Sequences do not interact, so the tokens of a file do not depend on the batch.
+// to `batch` windows, each with up to beam_size sequences (its beams, which share the window's
+// cross cache): a window joins when a slot is free (encoded, its cross caches filled, its prompt
+// prefilled) and leaves when its search ends, so the sequences have different lengths.
+// Windows do not interact, so the tokens of a file do not depend on the batch.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <filesystem>
 #include <functional>
@@ -24,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "beam_search.hpp"
 #include "ct2_model.hpp"
 #include "decoder.hpp"
 #include "encoder.hpp"
@@ -41,7 +45,8 @@ struct DecodingRules {
   std::vector<int> suppress;           // at every step
   std::vector<int> suppress_at_begin;  // at the first sampled token only
   int eot = -1;
-  int max_length = kWhisperTextContext;  // prompt + sampled tokens
+  int max_length = kWhisperTextContext;      // tokens the decoder holds: prompt + sampled
+  int sample_len = kWhisperTextContext / 2;  // sampled tokens at most (WhisperModel::max_new_tokens)
 };
 
 struct Transcript {
@@ -56,6 +61,11 @@ struct Transcript {
 struct TranscribeOptions {
   int batch = 16;   // sequences (30 s windows) decoded at once
   int threads = 0;  // attention executor threads (0 = all hardware threads); Eigen's are global
+  // Beam search with CTranslate2's rules (beam_search.hpp); 1 is greedy decoding. The CLI's
+  // default is 5, as faster-whisper's.
+  int beam_size = 1;
+  float patience = 1.0f;        // beam_size > 1: stop after round(beam_size * patience) hypotheses
+  float length_penalty = 1.0f;  // hypotheses ranked by log-prob / length^length_penalty
   // Where the encoder's and decoder's products run (dense.hpp); nullptr: eigen_dense(). An engine
   // that keeps weight copies (CublasDense) must serve one call only: the decoder built by the call
   // owns converted weights, freed when it ends (Backend::transcribe makes one engine per call).
@@ -79,7 +89,9 @@ struct TranscribeReport {
   double prefill_ms = 0;
   std::size_t step_tokens = 0;  // tokens fed through the decode steps: one per live sequence per step
   std::size_t text_tokens = 0;  // sampled tokens without eot, over all windows
-  int windows = 0, decode_steps = 0, max_batch = 0;
+  int windows = 0, decode_steps = 0;
+  int max_batch = 0;      // windows decoded at once
+  int max_sequences = 0;  // decoder sequences (beams of those windows) at once
   int windows_cut = 0;  // windows cut at the text context, over all files (Transcript::cut_windows)
   DecoderCacheUse peak;  // self and cross each at their largest bytes_held during decoding
 };
@@ -124,8 +136,10 @@ class WhisperModel {
     check_ids(rules_.suppress_at_begin, "suppress_ids_begin");
     check_ids({rules_.eot}, "end-of-text");
     rules_.max_length = std::min(rules_.max_length, w_.dims.n_text_ctx);
+    rules_.sample_len = std::min(rules_.sample_len, w_.dims.n_text_ctx / 2);
     if (rules_.prompt.empty() || static_cast<int>(rules_.prompt.size()) >= rules_.max_length)
       throw ModelError("prompt of " + std::to_string(rules_.prompt.size()) + " tokens does not fit the context");
+    if (max_new_tokens() < 1) throw ModelError("the text context of " + std::to_string(w_.dims.n_text_ctx) + " tokens leaves none to sample");
   }
 
   // A CTranslate2 model directory (model.bin, config.json, vocabulary.*).
@@ -188,16 +202,23 @@ class WhisperModel {
     return transcribe<Policies>(std::span<const std::vector<float>>(one), opt).files.front();
   }
 
-  // The greedy choice from one row of logits, which it overwrites: suppressed tokens never
-  // win; ties go to the lowest id, like torch.argmax.
-  int next_token(Eigen::Ref<RowVectorXf> logits, bool first) const {
+  // One row of logits -> next-token log-probabilities, in place: suppressed tokens get -inf
+  // (at every step, and at the first sampled token suppress_at_begin too), then log-softmax,
+  // in that order as in CTranslate2.
+  void log_probs(Eigen::Ref<RowVectorXf> logits, bool first) const {
     const float neg_inf = -std::numeric_limits<float>::infinity();
     for (int id : rules_.suppress) logits[id] = neg_inf;
     if (first)
       for (int id : rules_.suppress_at_begin) logits[id] = neg_inf;
-    Eigen::Index best = 0;
-    logits.maxCoeff(&best);
-    return static_cast<int>(best);
+    const float max = logits.maxCoeff();
+    const float log_sum = max + std::log((logits.array() - max).exp().sum());
+    logits.array() -= log_sum;
+  }
+
+  // Sampled tokens one window may hold, <|endoftext|> included: the sample length (half the
+  // text context, as openai-whisper and CTranslate2), within what the context leaves after the prompt.
+  int max_new_tokens() const {
+    return std::min(rules_.sample_len, rules_.max_length - static_cast<int>(rules_.prompt.size()) + 1);
   }
 
  private:

@@ -34,7 +34,7 @@ CliRun run_cli(const std::string& args) {
 }  // namespace
 
 TEST_SUITE("cli") {
-  TEST_CASE("the CLI says which windows were cut at the text context (issue 11, bug 7)") {
+  TEST_CASE("the CLI says which windows were cut at the sample length (issue 11, bug 7)") {
     // fixed_output_ggml(-16) never samples <|endoftext|>; fixed_output_ggml(24) ends each window.
     const std::string never_ends = whisper_test::temp_path("cli_never_ends.ggml.bin"),
                       ends = whisper_test::temp_path("cli_ends.ggml.bin"), wav = whisper_test::temp_path("cli_silence.wav");
@@ -45,15 +45,15 @@ TEST_SUITE("cli") {
     const CliRun cut = run_cli("--threads 1 --model " + never_ends + " --audio " + wav);
     INFO("stderr:\n" << cut.err);
     CHECK(cut.status == 0);
-    CHECK(cut.out == wav + ":" + std::string(446, 'b') + "\n");
-    CHECK(cut.err.find("warning: " + wav + ": window 1/1 (from 0 s) filled the 448-token text context without end-of-text: "
+    CHECK(cut.out == wav + ":" + std::string(224, 'b') + "\n");
+    CHECK(cut.err.find("warning: " + wav + ": window 1/1 (from 0 s) reached 224 sampled tokens without end-of-text: "
                        "its text is cut there") != std::string::npos);
-    CHECK(cut.err.find("1 of 1 window(s) cut at the text context") != std::string::npos);
+    CHECK(cut.err.find("1 of 1 window(s) cut at 224 sampled tokens") != std::string::npos);
 
     const CliRun whole = run_cli("--threads 1 --model " + ends + " --audio " + wav);
     CHECK(whole.status == 0);
     CHECK(whole.out == wav + ":b\n");
-    CHECK(whole.err.find("text context") == std::string::npos);
+    CHECK(whole.err.find("without end-of-text") == std::string::npos);
     for (const auto& f : {never_ends, ends, wav}) std::filesystem::remove(f);
   }
 
