@@ -5,7 +5,11 @@
 #   bench/whisper_batch.sh [log dir]        (run from anywhere; paths are from the repo root)
 # Environment: WHISPER (CLI, default build/release/examples/whisper/whisper), MODEL (default
 # models/tiny.en), DATA (holds jfk.wav, default ../shared/data), BATCHES (default "1 16 64"),
-# THREADS (default 2), BEAM (beam size, default 1), POLICIES (space-separated self+cross pairs, default below).
+# THREADS (default 2), BEAMS (beam sizes, default "1"), POLICIES (space-separated self+cross pairs,
+# default below; "all": every pair `whisper --list-policies` names).
+#   BEAMS="5 8" BATCHES="1 16" POLICIES=all bench/whisper_batch.sh   the beam memory table of
+#   examples/whisper/README.md ("Beam search"): the beams of a window share its cross cache, and
+#   on Paged<16> the pages of their common tokens.
 #
 # Each run decodes N copies of jfk.wav at --batch N: every sequence has the same length, so the
 # batch stays full from the first step to the last and "batch N" means N sequences per step.
@@ -20,8 +24,9 @@ model=${MODEL:-models/tiny.en}
 data=${DATA:-../shared/data}
 batches=${BATCHES:-1 16 64}
 threads=${THREADS:-2}
-beam=${BEAM:-1}  # 1: greedy, so that "batch N" means N sequences per step
+beams=${BEAMS:-1}  # 1: greedy, so that "batch N" means N sequences per step
 policies=${POLICIES:-mha/nhd+baseline mha/nhd+k-only mha/nhd+e-cache mha/nhd+hybrid slimk/nhd+e-cache xcache/nhd+e-cache}
+[[ $policies == all ]] && policies=$("$whisper" --list-policies | tr ' ' '+')
 logs=${1:-$(mktemp -d "${TMPDIR:-/tmp}/whisper_batch.XXXXXX")}
 
 for f in "$whisper" "$model/model.bin" "$data/jfk.wav"; do
@@ -29,20 +34,23 @@ for f in "$whisper" "$model/model.bin" "$data/jfk.wav"; do
 done
 mkdir -p "$logs"
 
+for beam in $beams; do
 for n in $batches; do
   audio=()
   for ((i = 0; i < n; ++i)); do audio+=("$data/jfk.wav"); done
   for p in $policies; do
-    self=${p%%+*} cross=${p#*+}
-    log="$logs/b${n}_${self//\//_}_${cross}.log"
+    self=${p%+*}
+    cross=${p#*+}
+    log="$logs/b${n}_k${beam}_${self//\//_}_${cross}.log"
     # The load average goes into the log: the machine is shared, and a timing means little without it.
     echo "load: $(cut -d' ' -f1-3 /proc/loadavg)" >"$log"
-    echo "run: batch $n --self $self --cross $cross" >>"$log"
-    echo "batch $n: --self $self --cross $cross" >&2
+    echo "run: batch $n beam $beam --self $self --cross $cross" >>"$log"
+    echo "batch $n, beam $beam: --self $self --cross $cross" >&2
     "$whisper" --model "$model" --audio "${audio[@]}" --batch "$n" --threads "$threads" --self "$self" --cross "$cross" \
       --beam-size "$beam" 2>>"$log" >"$log.stdout"
     echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$log"
   done
+done
 done
 echo "logs: $logs" >&2
 python3 bench/whisper_batch_table.py "$logs"/b*.log

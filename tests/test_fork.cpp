@@ -146,6 +146,7 @@ TEST_CASE("fork on Paged<P> shares the full pages and copies the partly filled l
   const CacheMemory memory = attn.cache_memory();
   CHECK(memory.held == 4 * page_bytes);
   CHECK(memory.shared == 2 * page_bytes);
+  CHECK(memory.unshared == 6 * page_bytes);  // each of the two sequences with its own 3 pages
   CHECK(memory.allocated == 4 * page_bytes);  // one chunk committed: a sequence at full capacity (16 tokens)
   CHECK(attn.cache_bytes_used(parent) + attn.cache_bytes_used(child) == 20 * page_bytes / 4);
   // A fork of a sequence that ends on a page boundary copies nothing.

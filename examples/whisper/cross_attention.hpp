@@ -9,7 +9,8 @@
 //   void close(int seq)
 //   void attend(layer, seqs, x, out)  x: (B, d) layer-normed decoder states, one per sequence;
 //                                 out: (B, d) after the layer's output projection
-//   CacheUse cache_use() const    over all layers; bytes_per_token is per audio frame
+//   CacheUse cache_use(readers) const   over all layers; bytes_per_token is per audio frame;
+//                                 readers[seq]: the decoder sequences (beams) reading window seq
 //   std::vector<std::string> notes() const   what the conversion measured, a line per converted layer
 //
 // The decoder calls attend once per layer and query position (a prompt of n tokens is n calls),
@@ -22,6 +23,7 @@
 //   hybrid    layer 0's K once for all layers (d per frame)
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <span>
@@ -48,7 +50,7 @@ concept CrossAttentionPolicy =
       { c.open(x) } -> std::same_as<int>;
       c.close(seq);
       c.attend(layer, seqs, x, out);
-      { cc.cache_use() } -> std::same_as<CacheUse>;
+      { cc.cache_use(seqs) } -> std::same_as<CacheUse>;
       { cc.notes() } -> std::same_as<std::vector<std::string>>;
     };
 
@@ -92,14 +94,16 @@ class CrossCacheAttention {
 
   // Frames count when a window opens; bytes when they are cached (the baseline and K-only project
   // E at a layer's first attend, so right after open() a window holds E, not yet its K/V).
-  CacheUse cache_use() const {
+  CacheUse cache_use(std::span<const int> readers) const {
     CacheUse u;
     u.bytes_per_token = cross_.cache_bytes_per_frame();
     u.bytes_allocated = cross_.cache_bytes_allocated();
     for (std::size_t s = 0; s < frames_.size(); ++s)
       if (frames_[s] > 0) {
+        const std::size_t bytes = cross_.cache_bytes(static_cast<int>(s));
         u.tokens += frames_[s];
-        u.bytes_held += cross_.cache_bytes(static_cast<int>(s));
+        u.bytes_held += bytes;
+        u.bytes_if_copied += bytes * std::size_t(s < readers.size() ? std::max(readers[s], 1) : 1);
       }
     return u;
   }

@@ -85,11 +85,12 @@ class Decoder {
   }
 
   DecoderCacheUse cache_use() const {
-    DecoderCacheUse u{{}, cross_.cache_use()};
+    DecoderCacheUse u{{}, cross_.cache_use(readers_)};
     for (const Self& s : self_) {
       const CacheUse l = s.cache_use();
       u.self.bytes_per_token += l.bytes_per_token;
       u.self.bytes_held += l.bytes_held;
+      u.self.bytes_if_copied += l.bytes_if_copied;
       u.self.bytes_allocated += l.bytes_allocated;
       u.self.tokens = l.tokens;  // the same in every layer
     }

@@ -84,9 +84,9 @@ double peak_rss_mib() {
 }
 
 void print_cache(const char* what, const std::string& policy, const pw::CacheUse& u, const char* unit) {
-  std::fprintf(stderr, "  %s cache (%s): %zu B per %s over all layers; peak %zu %ss held = %s; allocated %s\n", what,
-               policy.c_str(), u.bytes_per_token, unit, u.tokens, unit, megabytes(u.bytes_held).c_str(),
-               megabytes(u.bytes_allocated).c_str());
+  std::fprintf(stderr, "  %s cache (%s): %zu B per %s over all layers; peak %zu %ss held = %s; allocated %s; as if copied per beam %s\n",
+               what, policy.c_str(), u.bytes_per_token, unit, u.tokens, unit, megabytes(u.bytes_held).c_str(),
+               megabytes(u.bytes_allocated).c_str(), megabytes(u.bytes_if_copied).c_str());
 }
 
 }  // namespace

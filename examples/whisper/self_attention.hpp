@@ -11,7 +11,7 @@
 //                                p * B + i is token p of seqs[i]'s chunk; causal over what the
 //                                sequence holds and the chunk
 //   void decode(seqs, x, out)    x, out: (B, d), one new token per sequence
-//   CacheUse cache_use() const   this layer's cache: bytes per token, tokens held, bytes
+//   CacheUse cache_use() const   this layer's cache: bytes per token, tokens held, bytes (shared once and as if copied)
 //   std::string note() const     what the conversion measured or decided for this layer ("" if nothing)
 //
 // x is the layer-normed decoder state; out is the sub-layer's output after W_o. The decoder
@@ -56,8 +56,12 @@ struct DecoderConfig {
 // Cache held by one policy (or summed over the layers): what the CLI reports.
 struct CacheUse {
   std::size_t bytes_per_token = 0;  // cache cost of one token (self) or audio frame (cross)
-  std::size_t tokens = 0;           // tokens held by the open sequences (each counted once)
-  std::size_t bytes_held = 0;       // bytes holding those tokens
+  std::size_t tokens = 0;           // tokens (frames) of the open sequences (windows), each sequence's counted
+  std::size_t bytes_held = 0;       // bytes holding them; rows that several sequences share count once
+  // What the open sequences would hold if none shared anything: self, every beam its own copy
+  // of every row (as contiguous layouts keep them); cross, every beam its own copy of its
+  // window's cache. bytes_if_copied - bytes_held is what sharing saves.
+  std::size_t bytes_if_copied = 0;
   std::size_t bytes_allocated = 0;  // bytes reserved by the cache stores
 };
 
@@ -180,11 +184,11 @@ class VariantSelfLayer {
     CacheUse u;
     u.bytes_per_token = attention_type::cache_bytes_per_token(w_.shape);
     for (int s = 0; s < attn_.cache().max_sequences(); ++s)
-      if (attn_.cache().is_open(s)) {
-        u.tokens += static_cast<std::size_t>(attn_.length(s));
-        u.bytes_held += attn_.cache_bytes_used(s);
-      }
-    u.bytes_allocated = attn_.cache_bytes_allocated();
+      if (attn_.cache().is_open(s)) u.tokens += static_cast<std::size_t>(attn_.length(s));
+    const CacheMemory m = attn_.cache_memory();
+    u.bytes_held = m.held;
+    u.bytes_if_copied = m.unshared;
+    u.bytes_allocated = m.allocated;
     return u;
   }
 

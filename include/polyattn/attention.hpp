@@ -160,7 +160,9 @@ class Attention {
   int capacity() const { return store_.capacity(); }
   std::size_t cache_bytes_allocated() const { return store_.bytes_allocated(); }
   /// Allocated, held and shared bytes of the cache (CacheMemory): what paging and forks save.
-  CacheMemory cache_memory() const { return {store_.bytes_allocated(), store_.bytes_held(), store_.bytes_shared()}; }
+  CacheMemory cache_memory() const {
+    return {store_.bytes_allocated(), store_.bytes_held(), store_.bytes_shared(), store_.bytes_if_unshared()};
+  }
   /// Bytes of cache holding tokens of `seq` (what decode reads per step for it).
   std::size_t cache_bytes_used(int seq) const { return std::size_t(cache_rows(seq)) * cache_bytes_per_row(shape_); }
 

@@ -135,10 +135,14 @@ TEST_SUITE("model") {
         const int parent = dec.open(features);
         const int one[] = {parent};
         dec.prefill(one, prompt);
-        const std::size_t cross_held = dec.cache_use().cross.bytes_held;
+        const std::size_t cross_held = dec.cache_use().cross.bytes_held, self_held = dec.cache_use().self.bytes_held;
         const int child = dec.fork(parent), twin = dec.fork(child);
         CHECK(dec.length(child) == 3);
-        CHECK(dec.cache_use().cross.bytes_held == cross_held);  // one audio, one cross cache
+        const DecoderCacheUse forked = dec.cache_use();
+        CHECK(forked.cross.bytes_held == cross_held);  // one audio, one cross cache
+        CHECK(forked.cross.bytes_if_copied == 3 * cross_held);
+        CHECK(forked.self.bytes_if_copied == 3 * self_held);
+        CHECK(forked.self.bytes_held <= forked.self.bytes_if_copied);
         // The three diverge: each decodes its own token, in one batch; each equals the oracle of its history.
         const int seqs[] = {parent, child, twin}, tokens[] = {400, 7, 9000};
         RowMatrixXf logits = dec.decode(seqs, tokens);
@@ -167,6 +171,16 @@ TEST_SUITE("model") {
         CHECK(dec.length(reopened) == 0);
       }());
     }(DecoderCombinations{});
+
+    // Paged<16>: beams share their parent's full pages, so they hold less than copies would.
+    Decoder<combination::MhaPaged> dec(c, {.max_sequences = 2, .max_audio = 1, .threads = 2});
+    const int parent = dec.open(features), one[] = {parent};
+    dec.prefill(one, std::vector<int>(20, 11));  // one full page and 4 rows of the next
+    const std::size_t parent_held = dec.cache_use().self.bytes_held;
+    dec.fork(parent);
+    const DecoderCacheUse u = dec.cache_use();
+    CHECK(u.self.bytes_if_copied == 2 * parent_held);
+    CHECK(u.self.bytes_held == parent_held / 2 * 3);  // 2 pages of the parent, 1 of its own (the partly filled last page)
   }
 
   TEST_CASE("synthetic model: weights stored float16 give the encoding and logits of the same values stored float32, bit for bit") {
@@ -276,7 +290,9 @@ TEST_SUITE("model") {
         const std::size_t self_rows = std::is_same_v<typename Ps::self_policy::kind, self_kind::Mha> ? 2 : 1;
         const std::size_t cross_rows = std::is_same_v<typename Ps::cross_policy, Cross<polyattn::cross::Baseline>> ? 2 : 1;
         CHECK(use.self.bytes_per_token == self_rows * 8 * sizeof(float));
-        CHECK(use.self.bytes_held == 12 * use.self.bytes_per_token);
+        // Contiguous layouts hold the 12 rows, Paged<16> one page per sequence; nothing is shared.
+        CHECK((use.self.bytes_held == 12 * use.self.bytes_per_token || use.self.bytes_held == 2 * 16 * use.self.bytes_per_token));
+        CHECK(use.self.bytes_if_copied == use.self.bytes_held);
         CHECK(use.cross.tokens == 2 * 1500);
         CHECK(use.cross.bytes_per_token == cross_rows * 8 * sizeof(float));
         CHECK(use.cross.bytes_held == 2 * 1500 * use.cross.bytes_per_token);

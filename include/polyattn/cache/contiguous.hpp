@@ -107,6 +107,7 @@ class ContiguousStore {
     return rows * row_bytes;
   }
   std::size_t bytes_shared() const { return 0; }
+  std::size_t bytes_if_unshared() const { return bytes_held(); }
 
  private:
   static T fill_value_nan() { return std::numeric_limits<T>::quiet_NaN(); }

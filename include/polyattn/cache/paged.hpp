@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -181,6 +182,10 @@ class CacheStore<Paged<PageSize>, T> {
   std::size_t bytes_held() const { return page_bytes() * pages_held_by(1); }
   /// The part of bytes_held() in pages that several sequences hold.
   std::size_t bytes_shared() const { return page_bytes() * pages_held_by(2); }
+  /// What the open sequences would hold if each had its own copy of every page it holds.
+  std::size_t bytes_if_unshared() const {
+    return page_bytes() * std::size_t(std::accumulate(references_.begin(), references_.begin() + committed_pages_, std::size_t(0)));
+  }
 
   /// The pages of a sequence, in token order (for tests and device copies).
   std::span<const int> pages_of(int seq) const {

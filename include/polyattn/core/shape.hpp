@@ -41,6 +41,7 @@ struct CacheMemory {
   std::size_t allocated = 0;  ///< bytes the store has committed
   std::size_t held = 0;       ///< bytes of the rows open sequences hold
   std::size_t shared = 0;     ///< the part of `held` that several sequences hold (Paged<P> forks share full pages)
+  std::size_t unshared = 0;   ///< what the open sequences would hold if none shared: each its own rows (pages)
 };
 
 }  // namespace polyattn
