@@ -47,7 +47,7 @@ for n in $batches; do
     echo "run: batch $n beam $beam --self $self --cross $cross" >>"$log"
     echo "batch $n, beam $beam: --self $self --cross $cross" >&2
     "$whisper" --model "$model" --audio "${audio[@]}" --batch "$n" --threads "$threads" --self "$self" --cross "$cross" \
-      --beam-size "$beam" 2>>"$log" >"$log.stdout"
+      --beam-size "$beam" --timestamps off --temperature-fallback off 2>>"$log" >"$log.stdout"
     echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$log"
   done
 done

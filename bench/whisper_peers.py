@@ -109,7 +109,7 @@ def ct2_child(args):
 def polyattn_run(args, pair, clip):
     self_name, cross_name = pair.split("+")
     cmd = [args.cli, "--model", args.model, "--threads", str(args.threads), "--batch", "16", "--tokens",
-           "--beam-size", str(args.beam_size),
+           "--beam-size", str(args.beam_size), "--timestamps", "off", "--temperature-fallback", "off",
            "--self", self_name, "--cross", cross_name, "--audio", *clip]
     wall, rc, out, err = run_timed(cmd)
     if rc != 0:

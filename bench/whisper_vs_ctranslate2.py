@@ -170,7 +170,8 @@ def cli_policies(cli):
 
 def run_polyattn_once(args, self_name, cross_name):
     cmd = [args.cli, "--model", args.model, "--audio", *args.audio, "--self", self_name, "--cross", cross_name,
-           "--threads", str(args.threads), "--beam-size", str(args.beam_size), "--tokens"]
+           "--threads", str(args.threads), "--beam-size", str(args.beam_size), "--tokens",
+           "--timestamps", "off", "--temperature-fallback", "off"]  # CTranslate2's generate() on each window
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         print(f"error: {' '.join(cmd)} exited {p.returncode}:\n{p.stderr}", file=sys.stderr)

@@ -18,15 +18,20 @@
 // hypotheses have finished (with length_penalty 0: when the best beam finished), or at the last
 // step. Hypotheses are ranked by log-prob / length^length_penalty, length without <|endoftext|>.
 //
-// Where openai-whisper's BeamSearchDecoder differs: it keeps beam_size live beams drawn from the
-// top beam_size + 1 tokens of each beam (not the top beam_size * 2 over all beams), ranks
-// hypotheses by log-prob / length^length_penalty only when length_penalty is set (by
-// log-prob / length otherwise, the same as here at 1), and counts <|endoftext|> in the length.
+// Where openai-whisper's BeamSearchDecoder (decoding.py) differs: it draws candidates from the top
+// beam_size + 1 tokens of each beam (not the top beam_size * 2 over all beams) and registers every
+// finished candidate ranked above the beam_size-th live one, up to round(beam_size * patience)
+// in all (not only those among the first beam_size, and without a cap); with length_penalty set it divides by ((5 + length) / 6)^length_penalty (the
+// default, unset, divides by the length, as here at 1); at the sample length it adds live beams
+// only when fewer than beam_size hypotheses finished. Both count <|endoftext|> in the log-prob
+// and not in the length.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <random>
 #include <limits>
 #include <string>
 #include <utility>
@@ -43,6 +48,12 @@ struct BeamSearchOptions {
   float patience = 1.0f;        // the search ends after round(beam_size * patience) hypotheses; beam_size > 1 only
   float length_penalty = 1.0f;  // hypothesis score: log-prob / length^length_penalty
   int max_new_tokens = 224;     // sampled tokens, <|endoftext|> included (Whisper: n_text_ctx / 2)
+  // temperature > 0: no beams but best_of independent samples, each token drawn from
+  // softmax(log-probs / temperature) (openai-whisper's and faster-whisper's fallback decoding);
+  // the draws come from `seed`, so a run repeats exactly.
+  float temperature = 0.0f;
+  int best_of = 5;
+  std::uint64_t seed = 0;
 };
 
 class BeamSearch {
@@ -58,10 +69,12 @@ class BeamSearch {
     bool ended = false;       // false: stopped at max_new_tokens without <|endoftext|>
   };
 
-  BeamSearch(const BeamSearchOptions& opt, int eot) : opt_(opt), eot_(eot), beams_(1) {
+  BeamSearch(const BeamSearchOptions& opt, int eot) : opt_(opt), eot_(eot), beams_(1), rng_(opt.seed) {
     if (opt.beam_size < 1) throw Error("beam search: beam_size must be >= 1, got " + std::to_string(opt.beam_size));
     if (!(opt.patience > 0.0f)) throw Error("beam search: patience must be > 0, got " + std::to_string(opt.patience));
     if (opt.max_new_tokens < 1) throw Error("beam search: max_new_tokens must be >= 1, got " + std::to_string(opt.max_new_tokens));
+    if (!(opt.temperature >= 0.0f)) throw Error("beam search: temperature must be >= 0, got " + std::to_string(opt.temperature));
+    if (opt.temperature > 0.0f && opt.best_of < 1) throw Error("beam search: best_of must be >= 1, got " + std::to_string(opt.best_of));
     // CTranslate2 runs GreedySearch for beam_size 1, which stops at the first hypothesis.
     wanted_ = opt.beam_size == 1 ? 1 : std::max<std::size_t>(1, std::size_t(std::lround(float(opt.beam_size) * opt.patience)));
   }
@@ -85,6 +98,7 @@ class BeamSearch {
     if (static_cast<std::size_t>(log_probs.rows()) != beams_.size())
       throw Error("beam search: " + std::to_string(log_probs.rows()) + " rows of log-probs for " + std::to_string(beams_.size()) +
                   " beams");
+    if (opt_.temperature > 0.0f) return advance_samples(log_probs);
     const int beam = opt_.beam_size;
     const std::vector<Candidate> cand = top_candidates(log_probs, std::size_t(2 * beam));
     const bool last_step = step_ + 1 == opt_.max_new_tokens;
@@ -124,6 +138,63 @@ class BeamSearch {
     int beam = 0, token = 0;
     float log_prob = 0.0f;
   };
+
+  // Sampling: each live sample draws its next token (the first step draws best_of from the one
+  // beam); a sample that draws <|endoftext|>, or reaches the sample length, is a hypothesis.
+  // The log-prob kept is the untempered one, as openai-whisper and CTranslate2 keep.
+  template <class Rows>
+  std::vector<int> advance_samples(const Rows& log_probs) {
+    const bool last_step = step_ + 1 == opt_.max_new_tokens;
+    const int draws = step_ == 0 ? opt_.best_of : 1;
+    std::vector<Beam> next;
+    std::vector<int> parents;
+    for (Eigen::Index b = 0; b < log_probs.rows(); ++b)
+      for (int d = 0; d < draws; ++d) {
+        const int token = draw(log_probs.row(b));
+        const Candidate c{int(b), token, beams_[std::size_t(b)].log_prob + log_probs(b, token)};
+        if (token == eot_ || last_step) {
+          finish(c);
+          continue;
+        }
+        Beam beam{beams_[std::size_t(b)].tokens, c.log_prob};
+        beam.tokens.push_back(token);
+        next.push_back(std::move(beam));
+        parents.push_back(int(b));
+      }
+    ++step_;
+    if (next.empty()) {
+      finalize();
+      return {};
+    }
+    beams_ = std::move(next);
+    return parents;
+  }
+
+  // A token drawn from softmax(row / temperature), by inverting its cumulative sum at a uniform
+  // draw of 53 bits (the same on every platform, unlike std::uniform_real_distribution).
+  template <class Row>
+  int draw(const Row& row) {
+    const float inv_t = 1.0f / opt_.temperature;
+    float max = -std::numeric_limits<float>::infinity();
+    for (Eigen::Index v = 0; v < row.size(); ++v) {
+      if (std::isnan(row(v))) throw Error("beam search: a log-prob is NaN");
+      max = std::max(max, row(v) * inv_t);
+    }
+    if (!std::isfinite(max)) throw Error("beam search: every token is suppressed");
+    double total = 0.0;
+    for (Eigen::Index v = 0; v < row.size(); ++v) total += std::exp(double(row(v) * inv_t - max));
+    const double u = double(rng_() >> 11) * 0x1.0p-53 * total;
+    double sum = 0.0;
+    int last_allowed = 0;
+    for (Eigen::Index v = 0; v < row.size(); ++v) {
+      const double w = std::exp(double(row(v) * inv_t - max));
+      if (w == 0.0) continue;
+      sum += w;
+      last_allowed = int(v);
+      if (u < sum) return int(v);
+    }
+    return last_allowed;  // u at the very top, past the rounded sum
+  }
 
   // The n best (beam, token) by cumulative log-prob, best first; ties go to the lower beam, then
   // the lower token id (as argmax would). A bounded min-heap: most entries are rejected at once.
@@ -177,6 +248,7 @@ class BeamSearch {
   int step_ = 0;
   bool top_beam_finished_ = false;
   bool finished_ = false;
+  std::mt19937_64 rng_;  // temperature > 0 only
 };
 
 }  // namespace polyattn::whisper

@@ -6,6 +6,7 @@
 // compiler for both executables; the CUDA policies live in cuda_backend.cu (backend.hpp).
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,10 +16,12 @@
 #include <vector>
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <whisper/backend.hpp>
 #include <whisper/model.hpp>
 #include <whisper/audio.hpp>
+#include <whisper/output_formats.hpp>
 
 namespace {
 
@@ -32,14 +35,16 @@ namespace pw = polyattn::whisper;
            : std::string();
   std::fprintf(stderr,
                "usage: %s --model DIR|FILE.bin --audio FILE [FILE...] [--device cpu|cuda] [--self NAME] [--cross NAME] "
-               "[--threads N] [--batch N] [--beam-size N] [--patience F] [--length-penalty F] [--tokens]\n"
+               "[--threads N] [--batch N] [--beam-size N] [--patience F] [--length-penalty F] [--timestamps on|off]\n"
+               "       [--condition-on-previous-text on|off] [--temperature-fallback on|off] [--seed N] [--output-format F[,F...]]\n"
+               "       [--output-dir DIR] [--tokens]\n"
                "       %s [--device cpu|cuda] --list-policies   (one instantiated 'SELF CROSS' pair per line)\n"
                "  DIR: a CTranslate2 Whisper model directory (model.bin, config.json, vocabulary.txt)\n"
                "  FILE.bin: a whisper.cpp ggml model (f32/f16)\n"
                "  --device: where the model runs (default cpu). cuda: the decoder's attention (self and cross) on\n"
                "      the GPU through exec::Cuda, the encoder's and the decoder's products through cuBLAS; LayerNorm,\n"
                "      GELU and the projections inside the library's cross-attention stay on the CPU. %s\n"
-               "  --self, --cross: decoder attention policies (default mha/nhd, baseline); instantiated:\n"
+               "  --self, --cross: decoder attention policies (default mha/paged16, baseline); instantiated:\n"
                "      %s\n"
                "%s"
                "  --threads N: Eigen and CPU attention threads (default: all)\n"
@@ -48,6 +53,15 @@ namespace pw = polyattn::whisper;
                "      of a window share its cross cache, and on a paged self-attention layout the pages of their common tokens\n"
                "  --patience F: a window's search ends after round(N * F) finished hypotheses (default 1)\n"
                "  --length-penalty F: hypotheses are ranked by log-prob / length^F (default 1)\n"
+               "  --timestamps on|off: on (default), openai-whisper's long-form transcription: timestamp tokens, segments,\n"
+               "      each window starting where the last complete segment ended; off, consecutive 30 s windows decoded\n"
+               "      independently without timestamps (CTranslate2's generate with <|notimestamps|>)\n"
+               "  --condition-on-previous-text on|off: prompt each window with the text before it (default on; timestamps on)\n"
+               "  --temperature-fallback on|off: decode a window again at temperature 0.2, 0.4, ... 1.0 (best of 5 samples)\n"
+               "      while its text repeats itself or is unlikely (default on); off: temperature 0 only\n"
+               "  --seed N: of the samples drawn at temperatures above 0 (default 0): a run repeats exactly\n"
+               "  --output-format F[,F...]: also write each transcript as txt, srt, vtt, json or all, named after the audio\n"
+               "      file (jfk.wav gives jfk.srt) in --output-dir (default .)\n"
                "  --tokens: after each transcript, print the sampled token ids as 'FILE:tokens: ID ID ...'\n",
                argv0, argv0, cuda ? "" : "Not in this executable: whisper_cuda (built when nvcc is found) has it.",
                pw::cpu_backend().available_policies().c_str(), cuda_policies.c_str());
@@ -60,6 +74,31 @@ float parse_float(const char* argv0, const std::string& flag, const char* value,
   if (*value == '\0' || *end != '\0' || !(x >= lo && x <= hi))
     usage(argv0, flag + " " + value + " is not a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return x;
+}
+
+bool parse_on_off(const char* argv0, const std::string& flag, const std::string& value) {
+  if (value == "on") return true;
+  if (value == "off") return false;
+  usage(argv0, flag + " takes on or off, not '" + value + "'");
+}
+
+// "srt", "srt,json", "all".
+std::vector<std::string> parse_formats(const char* argv0, const std::string& list) {
+  std::vector<std::string> formats;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    const std::string f = list.substr(at, comma - at);
+    if (f == "all") {
+      formats = pw::output_formats();
+    } else if (std::find(pw::output_formats().begin(), pw::output_formats().end(), f) != pw::output_formats().end()) {
+      if (std::find(formats.begin(), formats.end(), f) == formats.end()) formats.push_back(f);
+    } else {
+      usage(argv0, "--output-format '" + f + "' is not txt, srt, vtt, json or all");
+    }
+    at = comma + 1;
+  }
+  return formats;
 }
 
 int parse_int(const char* argv0, const std::string& flag, const char* value, int lo, int hi) {
@@ -96,6 +135,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> audio;
   int threads = 0, batch = 16, beam_size = 5;
   float patience = 1.0f, length_penalty = 1.0f;
+  bool timestamps = true, condition = true, fallback = true;
+  unsigned long long seed = 0;
+  std::vector<std::string> formats;
+  std::string output_dir = ".";
   bool print_tokens = false, list_policies = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -124,6 +167,18 @@ int main(int argc, char** argv) {
       patience = parse_float(argv[0], a, value(), 0.01f, 100.0f);
     } else if (a == "--length-penalty") {
       length_penalty = parse_float(argv[0], a, value(), 0.0f, 10.0f);
+    } else if (a == "--timestamps") {
+      timestamps = parse_on_off(argv[0], a, value());
+    } else if (a == "--condition-on-previous-text") {
+      condition = parse_on_off(argv[0], a, value());
+    } else if (a == "--temperature-fallback") {
+      fallback = parse_on_off(argv[0], a, value());
+    } else if (a == "--seed") {
+      seed = static_cast<unsigned long long>(parse_int(argv[0], a, value(), 0, 2147483647));
+    } else if (a == "--output-format") {
+      formats = parse_formats(argv[0], value());
+    } else if (a == "--output-dir") {
+      output_dir = value();
     } else if (a == "--tokens") {
       print_tokens = true;
     } else if (a == "--list-policies") {
@@ -149,7 +204,10 @@ int main(int argc, char** argv) {
   } else {
     usage(argv[0], "--device '" + device + "' is not cpu or cuda");
   }
-  if (self.empty()) self = device == "cpu" ? "mha/nhd" : "mha/hnd";  // Hnd: the decode-friendly layout on the GPU
+  // CPU: Paged<16>, since beams share pages and the pool grows with the tokens held (at batch 16 and
+  // beam 5, 26 MiB of self cache allocated against Nhd's 420: examples/whisper/README.md, "Beam
+  // search"); GPU: Hnd, the decode-friendly layout there.
+  if (self.empty()) self = device == "cpu" ? "mha/paged16" : "mha/hnd";
   if (list_policies) {
     for (const auto& [self_name, cross_name] : backend->policy_pairs()) std::printf("%s %s\n", self_name.c_str(), cross_name.c_str());
     return 0;
@@ -194,22 +252,33 @@ int main(int argc, char** argv) {
     opt.beam_size = beam_size;
     opt.patience = patience;
     opt.length_penalty = length_penalty;
-    opt.on_window = [&](std::size_t file, int done, int total) {
-      if (total > 1) std::fprintf(stderr, "  %s: window %d/%d done\n", paths[file].c_str(), done, total);
+    opt.timestamps = timestamps;
+    opt.condition_on_previous_text = condition;
+    if (fallback) opt.temperatures = {0.0f, 0.2f, 0.4f, 0.6f, 0.8f, 1.0f};
+    opt.seed = seed;
+    // A progress bar for recordings over a minute, on a terminal only.
+    const bool show_progress = isatty(STDERR_FILENO) != 0;
+    opt.on_window = [&](std::size_t file, double done, double total) {
+      if (!show_progress || total <= 60.0) return;
+      const int width = 30, filled = static_cast<int>(width * std::min(1.0, done / total));
+      std::fprintf(stderr, "\r  %s [%s%s] %5.1f%% (%.0f/%.0f s)%s", paths[file].c_str(), std::string(std::size_t(filled), '#').c_str(),
+                   std::string(std::size_t(width - filled), '.').c_str(), 100.0 * done / total, done, total, done >= total ? "\n" : "");
     };
     const pw::Transcription result = backend->transcribe(model, self, cross, std::span<const std::vector<float>>(samples), opt);
 
     for (std::size_t f = 0; f < paths.size(); ++f) {
       const pw::Transcript& t = result.files[f];
       std::printf("%s:%s\n", paths[f].c_str(), t.text.c_str());
+      for (const std::string& format : formats)
+        std::fprintf(stderr, "  wrote %s\n", pw::write_transcript(t, format, output_dir, paths[f]).c_str());
       if (print_tokens) {  // ids for comparing decoders token by token (bench/whisper_vs_ctranslate2.py)
         std::printf("%s:tokens:", paths[f].c_str());
         for (const int id : t.tokens) std::printf(" %d", id);
         std::printf("\n");
       }
       std::fflush(stdout);
-      std::fprintf(stderr, "  %.2f s audio, %d window(s), %zu tokens\n", static_cast<double>(samples[f].size()) / 16000.0,
-                   t.windows, t.tokens.size());
+      std::fprintf(stderr, "  %.2f s audio, %d window(s), %zu segment(s), %zu tokens\n", static_cast<double>(samples[f].size()) / 16000.0,
+                   t.windows, t.segments.size(), t.tokens.size());
       for (const int w : t.cut_windows)
         std::fprintf(stderr, "warning: %s: window %d/%d (from %d s) reached %d sampled tokens without end-of-text: its text is cut there\n",
                      paths[f].c_str(), w + 1, t.windows, 30 * w, model.max_new_tokens());
@@ -222,6 +291,8 @@ int main(int argc, char** argv) {
                  r.policies.c_str(), paths.size(), r.windows, r.max_batch, r.max_sequences, beam_size, r.prepare_ms, backend->name().c_str(),
                  r.dense.c_str());
     for (const std::string& note : r.notes) std::fprintf(stderr, "  %s\n", note.c_str());
+    if (r.fallbacks > 0)
+      std::fprintf(stderr, "  %d window decoding(s) repeated at a higher temperature (repetitive or unlikely text)\n", r.fallbacks);
     if (r.windows_cut > 0)
       std::fprintf(stderr, "  %d of %d window(s) cut at %d sampled tokens: their transcripts are incomplete\n", r.windows_cut,
                    r.windows, model.max_new_tokens());

@@ -153,6 +153,17 @@ struct WhisperSpectrogram {
     return mel.middleCols(seek, chunk_frames);
   }
 
+  // The long-form encoder input (openai-whisper's and faster-whisper's transcribe): frames
+  // [seek, seek + frames) of the recording, then zeros up to chunk_frames.
+  RowMatrixXf window_zero_padded(int seek, int frames) const {
+    if (seek < 0 || frames < 0 || frames > chunk_frames || seek + frames > content_frames)
+      throw UnsupportedError("WhisperSpectrogram::window_zero_padded: frames [" + std::to_string(seek) + ", " + std::to_string(seek + frames) +
+                             ") are not within the " + std::to_string(content_frames) + " frames of audio");
+    RowMatrixXf w = RowMatrixXf::Zero(mel.rows(), chunk_frames);
+    w.leftCols(frames) = mel.middleCols(seek, frames);
+    return w;
+  }
+
   // Start frames of the consecutive 30 s windows covering the audio (at least one).
   std::vector<int> window_starts() const {
     std::vector<int> starts;

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstddef>
 #include <filesystem>
 #include <functional>
@@ -35,6 +36,7 @@
 #include "ggml_model.hpp"
 #include "mel.hpp"
 #include "policies.hpp"
+#include "timestamp_rules.hpp"
 #include "tokenizer.hpp"
 #include "weights.hpp"
 
@@ -49,9 +51,23 @@ struct DecodingRules {
   int sample_len = kWhisperTextContext / 2;  // sampled tokens at most (WhisperModel::max_new_tokens)
 };
 
+// A stretch of speech between two timestamps (with timestamps off: one 30 s window).
+struct Segment {
+  double start = 0.0, end = 0.0;  // seconds from the start of the recording
+  std::string text;               // with Whisper's leading space
+  std::vector<int> tokens;        // sampled, timestamps included, without <|endoftext|>
+  // Of the window decoding that gave the segment (openai-whisper's fields):
+  float avg_log_prob = 0.0f;      // sum of the token log-probs (<|endoftext|> included) / (tokens + 1)
+  float temperature = 0.0f;       // of the attempt that was kept (fallback decoding)
+  float compression_ratio = 0.0f; // of the window's text
+  float no_speech_prob = -1.0f;   // P(<|nospeech|>) at <|startoftranscript|>; -1 where not computed
+};
+
 struct Transcript {
   std::string text;
   std::vector<int> tokens;  // sampled tokens of every window, without prompt and eot
+  std::vector<Segment> segments;
+  double seconds = 0.0;     // of audio
   int windows = 0;
   // Windows (0-based, in order) that filled the text context (DecodingRules::max_length tokens,
   // prompt included) without sampling <|endoftext|>: their text stops there, cut.
@@ -70,8 +86,24 @@ struct TranscribeOptions {
   // that keeps weight copies (CublasDense) must serve one call only: the decoder built by the call
   // owns converted weights, freed when it ends (Backend::transcribe makes one engine per call).
   Dense* dense = nullptr;
-  // Called when a window of file `file` finishes: (file, windows done, windows of the file).
-  std::function<void(std::size_t, int, int)> on_window;
+  // Timestamps on: openai-whisper's long-form algorithm (timestamp tokens and rules, segments,
+  // each window starting where the last complete segment ended, the previous text as prompt).
+  // Off: consecutive 30 s windows decoded independently with <|notimestamps|>, one segment each.
+  bool timestamps = false;
+  bool condition_on_previous_text = true;  // timestamps on: the text so far (up to 223 tokens) as prompt
+  // Fallback: a window is decoded at temperatures[0]; while its text repeats itself (compression
+  // ratio above the threshold) or its average log-prob is below the threshold, unless it looks
+  // like silence, again at the next temperature (> 0: best_of seeded samples, no beams).
+  // {0} decodes each window once; the CLI's default is openai-whisper's list.
+  std::vector<float> temperatures = {0.0f};
+  float compression_ratio_threshold = 2.4f;
+  float log_prob_threshold = -1.0f;
+  float no_speech_threshold = 0.6f;  // a window this likely silent is skipped when its log-prob is low too
+  int best_of = 5;
+  std::uint64_t seed = 0;
+  // Called when a window of file `file` is done (kept, not retried): seconds of its audio
+  // transcribed so far, and its length in seconds.
+  std::function<void(std::size_t, double, double)> on_window;
 };
 
 // Time and memory of one transcribe() call.
@@ -89,7 +121,9 @@ struct TranscribeReport {
   double prefill_ms = 0;
   std::size_t step_tokens = 0;  // tokens fed through the decode steps: one per live sequence per step
   std::size_t text_tokens = 0;  // sampled tokens without eot, over all windows
-  int windows = 0, decode_steps = 0;
+  int windows = 0;    // window decodings, retries at a higher temperature included
+  int fallbacks = 0;  // the retries
+  int decode_steps = 0;
   int max_batch = 0;      // windows decoded at once
   int max_sequences = 0;  // decoder sequences (beams of those windows) at once
   int windows_cut = 0;  // windows cut at the text context, over all files (Transcript::cut_windows)
@@ -203,22 +237,36 @@ class WhisperModel {
   }
 
   // One row of logits -> next-token log-probabilities, in place: suppressed tokens get -inf
-  // (at every step, and at the first sampled token suppress_at_begin too), then log-softmax,
-  // in that order as in CTranslate2.
-  void log_probs(Eigen::Ref<RowVectorXf> logits, bool first) const {
+  // (at every step, and at the first sampled token suppress_at_begin too), with `timestamps` the
+  // timestamp rules over `sampled` (the window's tokens so far), then log-softmax, in that order
+  // as in CTranslate2.
+  void log_probs(Eigen::Ref<RowVectorXf> logits, std::span<const int> sampled, bool timestamps = false) const {
     const float neg_inf = -std::numeric_limits<float>::infinity();
     for (int id : rules_.suppress) logits[id] = neg_inf;
-    if (first)
+    if (sampled.empty())
       for (int id : rules_.suppress_at_begin) logits[id] = neg_inf;
+    if (timestamps) apply_timestamp_rules(logits, sampled, timestamp_tokens());
     const float max = logits.maxCoeff();
     const float log_sum = max + std::log((logits.array() - max).exp().sum());
     logits.array() -= log_sum;
   }
 
   // Sampled tokens one window may hold, <|endoftext|> included: the sample length (half the
-  // text context, as openai-whisper and CTranslate2), within what the context leaves after the prompt.
-  int max_new_tokens() const {
-    return std::min(rules_.sample_len, rules_.max_length - static_cast<int>(rules_.prompt.size()) + 1);
+  // text context, as openai-whisper and CTranslate2), within what the context leaves after the
+  // prompt (by default rules().prompt).
+  int max_new_tokens(int prompt_tokens = -1) const {
+    if (prompt_tokens < 0) prompt_tokens = static_cast<int>(rules_.prompt.size());
+    return std::min(rules_.sample_len, rules_.max_length - prompt_tokens + 1);
+  }
+
+  // The timestamp tokens (<|0.00|> .. <|30.00|>) and the first one allowed at most (<|1.00|>),
+  // for the timestamp rules; throws when the vocabulary has none.
+  TimestampTokens timestamp_tokens() const {
+    const SpecialTokens& s = tok_.special();
+    const int n_stamps = w_.dims.n_audio_ctx + 1;  // one per 20 ms of the 30 s window, both ends
+    if (s.timestamp_begin < 0 || s.no_timestamps < 0 || s.timestamp_begin + n_stamps > w_.dims.n_vocab)
+      throw ModelError("this vocabulary has no timestamp tokens: transcribe with timestamps off");
+    return {s.eot, s.no_timestamps, s.timestamp_begin, s.timestamp_begin + n_stamps - 1, s.timestamp_begin + 50};
   }
 
  private:

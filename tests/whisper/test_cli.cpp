@@ -42,7 +42,9 @@ TEST_SUITE("cli") {
     whisper_test::write_file(ends, whisper_test::fixed_output_ggml(24.0f));
     whisper_test::write_file(wav, whisper_test::make_wav(1, 1, 16000, 16, whisper_test::pcm16(std::vector<std::int16_t>(16000, 0))));
 
-    const CliRun cut = run_cli("--threads 1 --model " + never_ends + " --audio " + wav);
+    // Timestamps and the temperature fallback off: plain windows decoded once.
+    const std::string plain = " --timestamps off --temperature-fallback off";
+    const CliRun cut = run_cli("--threads 1 --model " + never_ends + " --audio " + wav + plain);
     INFO("stderr:\n" << cut.err);
     CHECK(cut.status == 0);
     CHECK(cut.out == wav + ":" + std::string(224, 'b') + "\n");
@@ -50,7 +52,7 @@ TEST_SUITE("cli") {
                        "its text is cut there") != std::string::npos);
     CHECK(cut.err.find("1 of 1 window(s) cut at 224 sampled tokens") != std::string::npos);
 
-    const CliRun whole = run_cli("--threads 1 --model " + ends + " --audio " + wav);
+    const CliRun whole = run_cli("--threads 1 --model " + ends + " --audio " + wav + plain);
     CHECK(whole.status == 0);
     CHECK(whole.out == wav + ":b\n");
     CHECK(whole.err.find("without end-of-text") == std::string::npos);
@@ -72,12 +74,37 @@ TEST_SUITE("cli") {
     CHECK(none.err.find("model") == std::string::npos);
 
     // One readable file among two: it is transcribed and reported, the other is named, the status says so.
-    const CliRun some = run_cli("--threads 1 --model " + model + " --audio " + missing + " " + wav);
+    const CliRun some = run_cli("--threads 1 --timestamps off --model " + model + " --audio " + missing + " " + wav);
     INFO("stderr:\n" << some.err);
     CHECK(some.status != 0);
     CHECK(some.out == wav + ":b\n");
     CHECK(some.err.find("error: " + missing + ": ") < some.err.find("model: "));
     CHECK(some.err.find("1 file(s)") != std::string::npos);
+    for (const auto& f : {model, wav}) std::filesystem::remove(f);
+  }
+
+  TEST_CASE("the CLI writes the transcripts it is asked for, named after the audio files, and refuses unknown formats") {
+    const std::string model = whisper_test::temp_path("cli_outputs.ggml.bin"), wav = whisper_test::temp_path("cli_outputs_clip.wav"),
+                      dir = whisper_test::temp_path("cli_outputs");
+    whisper_test::write_file(model, whisper_test::fixed_output_ggml(24.0f));
+    whisper_test::write_file(wav, whisper_test::make_wav(1, 1, 16000, 16, whisper_test::pcm16(std::vector<std::int16_t>(16000, 0))));
+    const CliRun run = run_cli("--threads 1 --timestamps off --model " + model + " --audio " + wav + " --output-format srt,json --output-dir " + dir);
+    INFO("stderr:\n" << run.err);
+    CHECK(run.status == 0);
+    CHECK(run.out == wav + ":b\n");
+    const std::string stem = dir + "/" + std::filesystem::path(wav).stem().string();  // clip.wav gives clip.srt
+    CHECK(std::filesystem::exists(stem + ".srt"));
+    CHECK(std::filesystem::exists(stem + ".json"));
+    CHECK(!std::filesystem::exists(stem + ".vtt"));
+    std::ostringstream srt;
+    srt << std::ifstream(stem + ".srt").rdbuf();
+    CHECK(srt.str() == "1\n00:00:00,000 --> 00:00:01,000\nb\n\n");  // the window: the 1 s of audio
+    const CliRun bad = run_cli("--model " + model + " --audio " + wav + " --output-format doc");
+    CHECK(bad.status != 0);
+    CHECK(bad.err.find("--output-format 'doc' is not txt, srt, vtt, json or all") != std::string::npos);
+    const CliRun bad_switch = run_cli("--model " + model + " --audio " + wav + " --timestamps maybe");
+    CHECK(bad_switch.err.find("--timestamps takes on or off, not 'maybe'") != std::string::npos);
+    std::filesystem::remove_all(dir);
     for (const auto& f : {model, wav}) std::filesystem::remove(f);
   }
 }

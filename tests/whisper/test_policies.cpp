@@ -89,11 +89,12 @@ TEST_SUITE("policies") {
 
     auto check_batched = [&]<class P>(std::type_identity<P>, int batch) {
       INFO(P::name() << ", batch " << batch);
-      std::vector<std::pair<std::size_t, int>> progress;
+      std::vector<std::pair<std::size_t, double>> progress;
       TranscribeOptions opt{.batch = batch, .threads = 2};
-      opt.on_window = [&](std::size_t file, int done, int total) {
+      opt.on_window = [&](std::size_t file, double done, double total) {
         progress.emplace_back(file, done);
-        CHECK(total == alone[file].windows);
+        CHECK(done <= total + 0.02);  // the last mel frame may reach past the last sample
+        CHECK(total == doctest::Approx(double(files[file].size()) / 16000.0));
       };
       const Transcription r = model.transcribe<P>(std::span<const std::vector<float>>(files), opt);
       REQUIRE(r.files.size() == files.size());
