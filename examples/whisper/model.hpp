@@ -38,6 +38,7 @@
 #include "policies.hpp"
 #include "timestamp_rules.hpp"
 #include "tokenizer.hpp"
+#include "transcript.hpp"
 #include "weights.hpp"
 
 namespace polyattn::whisper {
@@ -49,29 +50,6 @@ struct DecodingRules {
   int eot = -1;
   int max_length = kWhisperTextContext;      // tokens the decoder holds: prompt + sampled
   int sample_len = kWhisperTextContext / 2;  // sampled tokens at most (WhisperModel::max_new_tokens)
-};
-
-// A stretch of speech between two timestamps (with timestamps off: one 30 s window).
-struct Segment {
-  double start = 0.0, end = 0.0;  // seconds from the start of the recording
-  std::string text;               // with Whisper's leading space
-  std::vector<int> tokens;        // sampled, timestamps included, without <|endoftext|>
-  // Of the window decoding that gave the segment (openai-whisper's fields):
-  float avg_log_prob = 0.0f;      // sum of the token log-probs (<|endoftext|> included) / (tokens + 1)
-  float temperature = 0.0f;       // of the attempt that was kept (fallback decoding)
-  float compression_ratio = 0.0f; // of the window's text
-  float no_speech_prob = -1.0f;   // P(<|nospeech|>) at <|startoftranscript|>; -1 where not computed
-};
-
-struct Transcript {
-  std::string text;
-  std::vector<int> tokens;  // sampled tokens of every window, without prompt and eot
-  std::vector<Segment> segments;
-  double seconds = 0.0;     // of audio
-  int windows = 0;
-  // Windows (0-based, in order) that filled the text context (DecodingRules::max_length tokens,
-  // prompt included) without sampling <|endoftext|>: their text stops there, cut.
-  std::vector<int> cut_windows;
 };
 
 struct TranscribeOptions {

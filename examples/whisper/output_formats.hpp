@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "error.hpp"
-#include "model.hpp"
+#include "transcript.hpp"
 
 namespace polyattn::whisper {
 

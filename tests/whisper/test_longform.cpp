@@ -1,5 +1,7 @@
-// Long-form transcription: the timestamp rules, segments and seeking, the fallback's compression
-// ratio and seeded sampling, the output formats parsed back, and jfk.wav against faster-whisper.
+// Long-form transcription's parts: the timestamp rules, segments and seeking, the fallback's
+// compression ratio and seeded sampling, the output formats parsed back. The cases that run a
+// model (the fallback, jfk.wav against faster-whisper) are in test_model.cpp, which compiles the
+// model's headers already.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,15 +12,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include <whisper/audio.hpp>
 #include <whisper/beam_search.hpp>
-#include <whisper/model.hpp>
 #include <whisper/output_formats.hpp>
-#include <whisper/policies.hpp>
 #include <whisper/segments.hpp>
 #include <whisper/timestamp_rules.hpp>
 
-#include "synthetic_files.hpp"
 #include "test_util.hpp"
 
 using namespace polyattn::whisper;
@@ -177,51 +175,5 @@ TEST_SUITE("longform") {
     CHECK(written == dir / "jfk.srt");
     CHECK(std::filesystem::file_size(written) == srt.size());
     std::filesystem::remove_all(dir);
-  }
-
-  TEST_CASE("temperature fallback: a window that repeats itself is decoded again at each temperature, with seeded samples") {
-    // fixed_output_ggml(-16): one token wins every step, so the text repeats and every attempt fails.
-    const std::string path = whisper_test::temp_path("fallback.ggml.bin");
-    whisper_test::write_file(path, whisper_test::fixed_output_ggml(-16.0f));
-    const WhisperModel model = WhisperModel::load_ggml_file(path);
-    std::filesystem::remove(path);
-    const std::vector<std::vector<float>> audio{std::vector<float>(16000 * 31, 0.0f)};  // two windows
-    TranscribeOptions opt{.batch = 1, .threads = 1, .temperatures = {0.0f, 0.5f, 1.0f}, .best_of = 2, .seed = 3};
-    const Transcription once = model.transcribe(std::span<const std::vector<float>>(audio), opt);
-    CHECK(once.report.fallbacks == 4);  // two windows, two retries each
-    CHECK(once.report.windows == 6);
-    REQUIRE(once.files.front().segments.size() == 2);
-    for (const Segment& s : once.files.front().segments) CHECK(s.temperature == 1.0f);  // the last attempt is kept
-    opt.batch = 2;  // the same draws whatever the batch
-    CHECK(model.transcribe(std::span<const std::vector<float>>(audio), opt).files.front().tokens == once.files.front().tokens);
-  }
-
-  TEST_CASE("jfk.wav with timestamps at beam size 5: faster-whisper's segments") {
-    const std::string wav = whisper_test::data_file("jfk.wav"), dir = whisper_test::model_dir();
-    if (!whisper_test::have_file(wav) || !whisper_test::have_file(dir + "/model.bin")) return;
-    const WhisperModel model = WhisperModel::load_ct2(dir);
-    const std::vector<std::vector<float>> jfk{load_audio_16k_mono(wav)};
-    TranscribeOptions opt{.batch = 1, .threads = 2, .beam_size = 5, .timestamps = true,
-                          .temperatures = {0.0f, 0.2f, 0.4f, 0.6f, 0.8f, 1.0f}};
-    const Transcription r = model.transcribe<combination::MhaPaged>(std::span<const std::vector<float>>(jfk), opt);
-    const Transcript& t = r.files.front();
-    // faster-whisper 1.2.1 (CTranslate2 4.8.5, float32), transcribe(beam_size=5, vad_filter=False) on
-    // the same weights: bench/whisper_longform.sh prints the same for its clip.
-    REQUIRE(t.segments.size() == 2);
-    CHECK(t.segments[0].tokens == std::vector<int>{50363, 843, 523, 11, 616, 5891, 3399, 1265, 407, 644, 534, 1499, 460, 466, 329, 345, 50763});
-    CHECK(t.segments[1].tokens == std::vector<int>{50763, 1265, 644, 345, 460, 466, 329, 534, 1499, 13, 50913});
-    CHECK(t.segments[0].start == 0.0);
-    CHECK(t.segments[0].end == doctest::Approx(8.0));
-    CHECK(t.segments[1].start == doctest::Approx(8.0));
-    CHECK(t.segments[1].end == doctest::Approx(11.0));
-    CHECK(t.segments[0].text == " And so, my fellow Americans ask not what your country can do for you");
-    CHECK(t.segments[1].text == " ask what you can do for your country.");
-    // Its figures for the window, to float rounding: avg_logprob -0.289951, no_speech_prob 0.062824,
-    // compression_ratio 1.3417721518987342.
-    CHECK(t.segments[0].avg_log_prob == doctest::Approx(-0.289951).epsilon(1e-3));
-    CHECK(t.segments[0].no_speech_prob == doctest::Approx(0.062824).epsilon(1e-3));
-    CHECK(t.segments[0].compression_ratio == doctest::Approx(106.0 / 79.0).epsilon(1e-6));
-    CHECK(r.report.fallbacks == 0);
-    CHECK(t.text == " And so, my fellow Americans ask not what your country can do for you ask what you can do for your country.");
   }
 }
