@@ -9,11 +9,13 @@
 #include <set>
 #include <vector>
 
+#include <polyattn/convert/x_cache.hpp>
 #include <polyattn/polyattn.hpp>
 
 #include "support/check_throws.hpp"
 #include "support/dense_oracle.hpp"
 #include "support/latent_scenarios.hpp"
+#include "support/mha_layer.hpp"
 
 using namespace polyattn;
 using polyattn::testing::random_matrix;
@@ -21,26 +23,45 @@ using polyattn::testing::random_matrix;
 namespace {
 
 /// Random cache rows for n tokens of variant V, owned (V::Rows only refers to matrices): (k, v)
-/// for the KV-sharing variants, (latent, RoPE key) for Mtla.
+/// for the KV-sharing variants, (latent, RoPE key) for Mtla, (latent, key part) for Mla, k for
+/// slim attention, x for the X-cache.
 template <class V>
 struct RandomRows {
   RowMatrixXf first, second;
   RandomRows(AttentionShape s, int n, std::mt19937& rng) {
-    if constexpr (requires { V::rank; }) {
+    if constexpr (requires(typename V::Rows r) { r.rope_key; }) {  // Mtla
       first = random_matrix(n, V::rank, rng);
       second = random_matrix(n, V::rope_dim, rng);
-    } else {
+    } else if constexpr (requires(typename V::Rows r) { r.key_part; }) {  // Mla
+      first = random_matrix(n, V::rank, rng);
+      second = random_matrix(n, V::key_part_width(s), rng);
+    } else if constexpr (requires(typename V::Rows r) { r.k; r.v; }) {
       first = random_matrix(n, V::kv_heads(s) * s.head_dim, rng);
       second = random_matrix(n, V::kv_heads(s) * s.head_dim, rng);
+    } else if constexpr (requires(typename V::Rows r) { r.k; }) {  // SlimK
+      first = random_matrix(n, s.query_width(), rng);
+    } else {  // XCache
+      first = random_matrix(n, s.input_width(), rng);
     }
   }
-  typename V::Rows view() const { return {first, second}; }
+  typename V::Rows view() const {
+    if constexpr (requires(typename V::Rows r) { r.k; r.v; } || requires(typename V::Rows r) { r.latent; })
+      return {first, second};
+    else
+      return {first};
+  }
 };
 
 template <class V>
 typename V::Params params_for(AttentionShape s, std::mt19937& rng) {
-  if constexpr (requires { V::rank; })
+  if constexpr (requires(typename V::Rows r) { r.rope_key; })
     return polyattn::testing::random_mtla_params<V>(s, rng);
+  else if constexpr (requires(typename V::Rows r) { r.key_part; })
+    return polyattn::testing::random_mla_params<V>(s, rng, true);
+  else if constexpr (std::is_same_v<V, XCache>)
+    return make_x_cache_params(polyattn::testing::random_mha_weights(s.input_width(), s.query_width(), 4.0, rng), s);
+  else if constexpr (requires(typename V::Params p) { p.w_kv; })
+    return {random_matrix(s.query_width(), s.query_width(), rng)};
   else
     return {};
 }
@@ -121,7 +142,10 @@ TEST_CASE_TEMPLATE("fork: the child and the parent go on as if each had been wri
                    Combo<Mha, Nhd, exec::Reference>, Combo<Gqa<2>, Hnd, exec::Reference>, Combo<Mha, Paged<4>, exec::Reference>,
                    Combo<Mha, Nhd, exec::CpuSimd>, Combo<Gqa<2>, Hnd, exec::CpuSimd>, Combo<Gqa<2>, Paged<4>, exec::CpuSimd>,
                    Combo<Mtla<16, 3, 4>, Hnd, exec::Reference>, Combo<Mtla<16, 3, 4>, Paged<2>, exec::Reference>,
-                   Combo<Mtla<16, 3, 4>, Paged<5>, exec::CpuSimd>) {
+                   Combo<Mtla<16, 3, 4>, Paged<5>, exec::CpuSimd>, Combo<SlimK2, Nhd, exec::Reference>,
+                   Combo<SlimK2, Paged<4>, exec::CpuSimd>, Combo<XCache, Hnd, exec::Reference>, Combo<XCache, Paged<4>, exec::CpuSimd>,
+                   Combo<Mla<12, 4, MlaKeyPart::preserved>, Paged<4>, exec::Reference>,
+                   Combo<Mla<12, 4, MlaKeyPart::decoupled_rope>, Nhd, exec::CpuSimd>) {
   fork_equals_replay<typename C::type>();
 }
 
