@@ -81,7 +81,7 @@ struct TranscribeOptions {
   std::uint64_t seed = 0;
   // Called when a window of file `file` is done (kept, not retried): seconds of its audio
   // transcribed so far, and its length in seconds.
-  std::function<void(std::size_t, double, double)> on_window;
+  std::function<void(std::size_t, double, double)> on_window{};
 };
 
 // Time and memory of one transcribe() call.

@@ -58,8 +58,8 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
     int frames;         // frames of audio in the window
     int window;         // timestamps off: the window's index in its file
     std::size_t temperature = 0;  // index into opt.temperatures
-    std::shared_ptr<const RowMatrixXf> features;  // the encoder output, once encoded (kept for retries)
-    std::vector<int> prompt;
+    std::shared_ptr<const RowMatrixXf> features{};  // the encoder output, once encoded (kept for retries)
+    std::vector<int> prompt{};
   };
   struct FileState {
     WhisperSpectrogram spec;

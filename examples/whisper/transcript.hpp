@@ -10,8 +10,8 @@ namespace polyattn::whisper {
 // A stretch of speech between two timestamps (with timestamps off: one 30 s window).
 struct Segment {
   double start = 0.0, end = 0.0;  // seconds from the start of the recording
-  std::string text;               // with Whisper's leading space
-  std::vector<int> tokens;        // sampled, timestamps included, without <|endoftext|>
+  std::string text{};             // with Whisper's leading space
+  std::vector<int> tokens{};      // sampled, timestamps included, without <|endoftext|>
   // Of the window decoding that gave the segment (openai-whisper's fields):
   float avg_log_prob = 0.0f;      // sum of the token log-probs (<|endoftext|> included) / (tokens + 1)
   float temperature = 0.0f;       // of the attempt that was kept (fallback decoding)
