@@ -71,11 +71,13 @@ inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows)
     for (int i = 0; i < 4; ++i) t4[i] = detail::fold_pair<8>(t8[i], t8[i + 4]);
     for (int i = 0; i < 2; ++i) t2[i] = detail::fold_pair<4>(t4[i], t4[i + 2]);
     return B(detail::fold_pair<2>(t2[0], t2[1]));
-  }
+  } else  // an else, not a fall-through: nvcc warns that code after the return is unreachable
 #endif
-  alignas(64) float sums[B::size];
-  for (std::size_t r = 0; r < B::size; ++r) sums[r] = xsimd::hadd(rows[r]);
-  return B::load_aligned(sums);
+  {
+    alignas(64) float sums[B::size];
+    for (std::size_t r = 0; r < B::size; ++r) sums[r] = xsimd::hadd(rows[r]);
+    return B::load_aligned(sums);
+  }
 }
 
 /// Asks for `bytes` bytes from `row`, a line at a time, into L2 only (prefetcht2): a tile of
