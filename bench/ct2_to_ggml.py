@@ -134,29 +134,32 @@ def whisper_tensors(ct2):
     for side in n_layer:
         while f"{side}/layer_{n_layer[side]}/ffn/linear_0/weight" in ct2:
             n_layer[side] += 1
-    for i in range(n_layer["encoder"]):
-        p, q = f"encoder.blocks.{i}", f"encoder/layer_{i}"
+
+    def self_attention(p, q):  # ggml block prefix p, CT2 layer prefix q
         layer_norm(p + ".attn_ln", q + "/self_attention/layer_norm")
         split(p + ".attn", q + "/self_attention/linear_0", ["query", "key", "value"])
         linear(p + ".attn.out", q + "/self_attention/linear_1")
+
+    def mlp(p, q):
         layer_norm(p + ".mlp_ln", q + "/ffn/layer_norm")
         linear(p + ".mlp.0", q + "/ffn/linear_0")
         linear(p + ".mlp.2", q + "/ffn/linear_1")
+
+    for i in range(n_layer["encoder"]):
+        p, q = f"encoder.blocks.{i}", f"encoder/layer_{i}"
+        self_attention(p, q)
+        mlp(p, q)
     layer_norm("encoder.ln_post", "encoder/layer_norm")
     out["decoder.token_embedding.weight"] = ct2["decoder/embeddings/weight"]
     out["decoder.positional_embedding"] = ct2["decoder/position_encodings/encodings"]
     for i in range(n_layer["decoder"]):
         p, q = f"decoder.blocks.{i}", f"decoder/layer_{i}"
-        layer_norm(p + ".attn_ln", q + "/self_attention/layer_norm")
-        split(p + ".attn", q + "/self_attention/linear_0", ["query", "key", "value"])
-        linear(p + ".attn.out", q + "/self_attention/linear_1")
+        self_attention(p, q)
         layer_norm(p + ".cross_attn_ln", q + "/attention/layer_norm")
         linear(p + ".cross_attn.query", q + "/attention/linear_0")
         split(p + ".cross_attn", q + "/attention/linear_1", ["key", "value"])
         linear(p + ".cross_attn.out", q + "/attention/linear_2")
-        layer_norm(p + ".mlp_ln", q + "/ffn/layer_norm")
-        linear(p + ".mlp.0", q + "/ffn/linear_0")
-        linear(p + ".mlp.2", q + "/ffn/linear_1")
+        mlp(p, q)
     layer_norm("decoder.ln", "decoder/layer_norm")
     hparams = [ct2["decoder/embeddings/weight"].shape[0], n_audio_ctx, d, d // 64, n_layer["encoder"],
                ct2["decoder/position_encodings/encodings"].shape[0], d, d // 64, n_layer["decoder"],
