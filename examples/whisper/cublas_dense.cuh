@@ -143,6 +143,7 @@ class CublasDense final : public Dense {
   void stored_affine(ConstMatrixRef x, const WeightMatrix& w, const RowVectorXf* bias, MatrixRef y) override {
     affine(x, w.as_float(), bias, y);
   }
+  void logits(ConstMatrixRef x, const WeightMatrix& e, MatrixRef y) override { affine(x, e.as_float(), nullptr, y); }
 
   RowMatrixXf bidirectional_attention(const RowMatrixXf& qkv, int n_heads) override {
     check_attention_input(qkv, n_heads);

@@ -4,14 +4,17 @@
 //   EigenDense     Eigen GEMMs on the CPU (this header; the default everywhere)
 //   CublasDense    cuBLAS on a CUDA device (cublas_dense.cuh, nvcc only; --device cuda)
 //
-// Three operations cover the model:
+// Four operations cover the model:
 //   affine(x, W, b, y)               y (n, out) = x (n, in) W^T + b, W (out, in) row-major float,
 //                                    b (out) or none; x and y may be row blocks of any row
 //                                    stride. The decoder's attention projections, the conv stem.
 //   stored_affine(x, W, b, y)        the same with W a WeightMatrix in the precision the model
-//                                    ships it in (weight_matrix.hpp): the encoder's layers, the
-//                                    decoder's MLP and the tied logits projection (b none). Its
-//                                    own panel kernel, unless the engine runs it elsewhere.
+//                                    ships it in (weight_matrix.hpp): the encoder's layers and
+//                                    the decoder's MLP. Its own panel kernel, unless the engine
+//                                    runs it elsewhere.
+//   logits(x, E, y)                  y (n, n_vocab) = x (n, d) E^T with E the tied token embedding
+//                                    (a WeightMatrix): on the CPU streamed for the few rows of a
+//                                    decoding step (WeightMatrix::project_streamed).
 //   bidirectional_attention(qkv, h)  the encoder's unmasked self-attention, (n, 3d) -> (n, d):
 //                                    polyattn's uncached attention on CpuSimd unless the engine
 //                                    runs it elsewhere (CublasDense, on its device).
@@ -62,6 +65,12 @@ class Dense {
     w.project(x, y);
     if (bias) y.rowwise() += *bias;
   }
+  // The same for the tied logits, on the CPU streamed when x has few rows: x is one row per
+  // sequence at each decoding step, and the 40 MB of tiny.en's float16 embedding are most of
+  // what a step reads. Only the logits: streaming the MLP too would change its sums' order,
+  // which slim attention's V = K W_k^-1 W_v amplifies (cond(W_k) reaches 2.4e6 in tiny.en), and
+  // moves SlimK's beam scores (whisper.espeak; examples/whisper/README.md).
+  virtual void logits(ConstMatrixRef x, const WeightMatrix& e, MatrixRef y) { e.project_streamed(x, y); }
   // qkv: (n, 3d) = [q | k | v], heads adjacent in each; returns (n, d). Bidirectional over the
   // 1500 frames of a window, nothing cached: the library's uncached attention, whose query
   // blocks keep the scores in L1 (exec/cpu/attend_block.hpp), on as many threads as Eigen's GEMMs.
@@ -108,7 +117,7 @@ class Dense {
   // The same into a preallocated (n, n_vocab) block (any row stride).
   void project_into(ConstMatrixRef x, const WeightMatrix& e, MatrixRef y) {
     check_shapes(x, e.rows(), e.cols(), nullptr, y);
-    stored_affine(x, e, nullptr, y);
+    logits(x, e, y);
   }
 
  private:

@@ -1,6 +1,7 @@
 // A weight matrix W (rows, cols), row-major as PyTorch and CTranslate2 store it, kept in the
 // precision the model ships it in: float16 stays float16, float32 (and bfloat16) are float.
 //   project(x, y)          y (n, rows) = x (n, cols) W^T, on Eigen's thread count
+//   project_streamed(x, y) the same in one pass over W for a few rows of x (the logits of a step)
 //   row_into(i, out)       out (1, cols) = W[i] in float (the token embedding's lookup)
 //
 // The token embedding is one (n_vocab, d: 51864 x 384 in tiny.en, 40 MB in float16) and so are
@@ -20,6 +21,7 @@
 
 #include "error.hpp"
 #include "matrix.hpp"
+#include "stream_product.hpp"
 
 namespace polyattn::whisper {
 
@@ -67,10 +69,7 @@ class WeightMatrix {
   /// product runs on one thread); a float16 panel is converted into the thread's scratch, then
   /// multiplied by Eigen.
   void project(ConstMatrixRef x, MatrixRef y) const {
-    if (x.cols() != cols() || y.rows() != x.rows() || y.cols() != rows())
-      throw Error("weight matrix: x (" + std::to_string(x.rows()) + "x" + std::to_string(x.cols()) + ") W^T with W (" +
-                  std::to_string(rows()) + "x" + std::to_string(cols()) + ") into y (" + std::to_string(y.rows()) + "x" +
-                  std::to_string(y.cols()) + ")");
+    check_product(x, y);
     const Eigen::Index out = rows(), threads = Eigen::nbThreads();
     const Eigen::Index panel_rows = x.rows() > kPanelRows ? std::max(kPanelRows, (out + threads - 1) / threads) : kPanelRows;
     const Eigen::Index panels = (out + panel_rows - 1) / panel_rows;
@@ -87,6 +86,20 @@ class WeightMatrix {
         y.middleCols(first, n).noalias() = x * float_.middleRows(first, n).transpose();
       }
     }
+  }
+
+  /// The same as project() for up to kStreamMaxRows rows of x (a decoding step's logits: one row
+  /// per sequence), in one pass over W that converts each float16 row in registers
+  /// (stream_product.hpp): 2.6-3.7x faster on the tied logits. Each y value is one sum in a fixed
+  /// order, whatever the other rows of x and the thread count. Other shapes take project().
+  void project_streamed(ConstMatrixRef x, MatrixRef y) const {
+    check_product(x, y);
+    if (!stream_available(x.rows(), cols())) return project(x, y);
+    const int threads = Eigen::nbThreads();
+    if (is_half_)
+      stream_project(x, half_.data(), rows(), cols(), y, threads);
+    else
+      stream_project(x, float_.data(), rows(), cols(), y, threads);
   }
 
   /// The float16 values (is_half() must hold).
@@ -127,6 +140,13 @@ class WeightMatrix {
   }
 
  private:
+  void check_product(ConstMatrixRef x, ConstMatrixRef y) const {
+    if (x.cols() != cols() || y.rows() != x.rows() || y.cols() != rows())
+      throw Error("weight matrix: x (" + std::to_string(x.rows()) + "x" + std::to_string(x.cols()) + ") W^T with W (" +
+                  std::to_string(rows()) + "x" + std::to_string(cols()) + ") into y (" + std::to_string(y.rows()) + "x" +
+                  std::to_string(y.cols()) + ")");
+  }
+
   struct FloatCopy {
     std::once_flag once;
     RowMatrixXf values;

@@ -82,8 +82,9 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
   SUBCASE("weights as the model ships them: the tied logits and stored linears, float32 and float16, into row blocks") {
     using polyattn::whisper::StoredLinear;
     using polyattn::whisper::WeightMatrix;
-    // 300 rows of W: two whole panels and a partial one (kPanelRows = 128).
-    const RowMatrixXf values = random_matrix(rng, 2 * WeightMatrix::kPanelRows + 44, 16);
+    // 303 rows of W: two whole panels and a partial one (kPanelRows = 128); for the stream, four
+    // whole blocks of 64 rows and a fifth ending on 3 rows that are not a block of 4.
+    const RowMatrixXf values = random_matrix(rng, 2 * WeightMatrix::kPanelRows + 47, 16);
     const RowVectorXf bias = random_matrix(rng, 1, values.rows());
     const WeightMatrix f32(values), f16(WeightMatrix::HalfMatrix(values.cast<Eigen::half>()));
     CHECK(!f32.is_half());
@@ -94,8 +95,10 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
       INFO((e->is_half() ? "float16" : "float32"));
       const RowMatrixXf& exact = e->as_float();  // every float16 value is exact in float
       CHECK(exact.rows() == values.rows());
-      // 200 rows of x: more than a panel, so W is split in panels of rows() / threads instead.
-      for (Eigen::Index rows : {1, 3, 17, 200}) {
+      // 1-8 rows of x stream W in one pass (stream_product.hpp: 4 rows per pass, 4 rows of W
+      // at a time, so 5 and 8 take two passes and 300 rows end on whole blocks of 4); 17 and
+      // 200 take panels, 200 being more than a panel, so W is split in panels of rows() / threads.
+      for (Eigen::Index rows : {1, 3, 4, 5, 8, 17, 200}) {
         INFO("rows " << rows);
         const RowMatrixXf x = random_matrix(rng, rows, 16);
         RowMatrixXf out = RowMatrixXf::Constant(rows, values.rows() + 7, nan);
@@ -128,8 +131,15 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
     CHECK(mixed.as_float().topRows(values.rows()) == f16.as_float());
     CHECK(mixed.as_float().bottomRows(values.rows()) == values);
     RowMatrixXf narrow(3, values.rows() - 1);
-    CHECK_THROWS_WITH_AS(engine.project_into(random_matrix(rng, 3, 16), f16, narrow), doctest::Contains("into y (3x299)"),
+    CHECK_THROWS_WITH_AS(engine.project_into(random_matrix(rng, 3, 16), f16, narrow), doctest::Contains("into y (3x302)"),
                          polyattn::whisper::Error);
+    // 20 columns are not a whole number of vectors (8 or 16 floats): one row of x takes the panel
+    // product instead of the stream.
+    const RowMatrixXf odd = random_matrix(rng, 9, 20);
+    CHECK(!polyattn::whisper::stream_available(1, 20));
+    const RowMatrixXf x1 = random_matrix(rng, 1, 20);
+    for (const WeightMatrix& e : {WeightMatrix(odd), WeightMatrix(WeightMatrix::HalfMatrix(odd.cast<Eigen::half>()))})
+      check_affine_bound(engine.project(x1, e), x1, e.as_float(), nullptr);
   }
 
   SUBCASE("conv1d_k3: stride 1 and 2 against a direct loop") {
