@@ -363,6 +363,27 @@ inline std::vector<std::uint8_t> fixed_output_ggml(float eot_sum) {
   return tiny_ggml(tensors, n_vocab, d);
 }
 
+// fixed_output_ggml(-2) with two timestamps made likelier than every text token: <|0.20|>
+// (<|0.00|> is 50363 in English-only vocabularies; +10) sums to 18 and <|2.00|> (+100) to 17.
+// Under the timestamp rules each window then reads <|0.20|> b <|2.00|> <|2.00|> b b ...: the
+// first token a timestamp, the pair closed, then text, since no later timestamp is likely.
+inline std::vector<std::uint8_t> timestamped_ggml() {
+  constexpr int n_vocab = 51864, d = 8, b = 1, eot = 50256, begin = 50363;
+  Rng rng(21);
+  std::vector<TinyTensor> tensors = tiny_pytorch_model(rng, n_vocab, d);
+  for (TinyTensor& t : tensors) {
+    if (t.name == "decoder.ln.weight") std::fill(t.data.begin(), t.data.end(), 0.0f);
+    if (t.name == "decoder.ln.bias") std::fill(t.data.begin(), t.data.end(), 1.0f);
+    if (t.name == "decoder.token_embedding.weight") {  // (n_vocab, d): logit = the row's sum
+      std::fill_n(t.data.begin() + b * d, d, 2.0f);
+      std::fill_n(t.data.begin() + eot * d, d, -2.0f);
+      std::fill_n(t.data.begin() + (begin + 10) * d, d, 18.0f / d);
+      std::fill_n(t.data.begin() + (begin + 100) * d, d, 17.0f / d);
+    }
+  }
+  return tiny_ggml(tensors, n_vocab, d);
+}
+
 // The model.bin's one alias: the output projection is tied to the token embedding.
 inline const std::vector<std::pair<std::string, std::string>> kTinyCt2Aliases = {
     {"decoder/projection/weight", "decoder/embeddings/weight"}};

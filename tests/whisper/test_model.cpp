@@ -393,6 +393,48 @@ TEST_SUITE("longform") {
     CHECK(model.transcribe(std::span<const std::vector<float>>(audio), opt).files.front().tokens == once.files.front().tokens);
   }
 
+  TEST_CASE("synthetic model with timestamps: the decoding loop applies the timestamp rules and seeks by them, greedy and with beams") {
+    const std::string path = whisper_test::temp_path("timestamped.ggml.bin");
+    whisper_test::write_file(path, whisper_test::timestamped_ggml());
+    const WhisperModel model = WhisperModel::load_ggml_file(path);
+    std::filesystem::remove(path);
+    const TimestampTokens ts = model.timestamp_tokens();
+    REQUIRE(ts.begin == 50363);  // timestamped_ggml's ids
+    const auto is_stamp = [&](int t) { return t >= ts.begin && t <= ts.end; };
+    const std::vector<std::vector<float>> audio{std::vector<float>(16000 * 8, 0.0f)};
+    for (int beam : {1, 5}) {
+      INFO("beam size " << beam);
+      const Transcription r = model.transcribe(std::span<const std::vector<float>>(audio),
+                                               {.batch = 1, .threads = 1, .beam_size = beam, .timestamps = true});
+      const Transcript& t = r.files.front();
+      // The rules on every segment: a timestamp first (the first window's no later than
+      // <|1.00|>), timestamps never decreasing, two in a row followed by text.
+      REQUIRE(!t.segments.empty());
+      CHECK(t.segments.front().tokens.front() <= ts.max_initial);
+      for (const Segment& seg : t.segments) {
+        REQUIRE(seg.tokens.size() >= 2);
+        CHECK(is_stamp(seg.tokens.front()));
+        CHECK(!is_stamp(seg.tokens[1]));
+        for (std::size_t k = 1, last = std::size_t(seg.tokens.front()); k < seg.tokens.size(); ++k) {
+          if (is_stamp(seg.tokens[k])) {
+            CHECK(std::size_t(seg.tokens[k]) >= last);
+            last = std::size_t(seg.tokens[k]);
+          }
+          if (k >= 2 && is_stamp(seg.tokens[k - 1]) && is_stamp(seg.tokens[k - 2])) CHECK(!is_stamp(seg.tokens[k]));
+        }
+      }
+      // What the rules force from this model: each window's one complete segment is
+      // <|0.20|> b <|2.00|>, and the next window starts where it ended, 2 s later, until the 8 s
+      // of audio are read.
+      REQUIRE(t.segments.size() == 4);
+      for (std::size_t k = 0; k < t.segments.size(); ++k) {
+        CHECK(t.segments[k].tokens == std::vector<int>{ts.begin + 10, 1, ts.begin + 100});
+        CHECK(t.segments[k].start == doctest::Approx(2.0 * double(k) + 0.2));
+        CHECK(t.segments[k].end == doctest::Approx(2.0 * double(k) + 2.0));
+      }
+    }
+  }
+
   TEST_CASE("jfk.wav with timestamps at beam size 5: faster-whisper's segments") {
     const std::string wav = whisper_test::data_file("jfk.wav"), dir = whisper_test::model_dir();
     if (!whisper_test::have_file(wav) || !whisper_test::have_file(dir + "/model.bin")) return;
