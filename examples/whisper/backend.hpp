@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "dense.hpp"
+#include "onednn_dense.hpp"
 #include "model.hpp"
 #include "policies.hpp"
 
@@ -84,7 +84,7 @@ class CpuBackend final : public PolicyBackend<DecoderCombinations> {
  public:
   std::string name() const override { return "cpu"; }
   void check_device() const override {}
-  std::unique_ptr<Dense> make_dense() const override { return std::make_unique<EigenDense>(); }
+  std::unique_ptr<Dense> make_dense() const override { return std::make_unique<OnednnDense>(); }
 };
 
 inline const Backend& cpu_backend() {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "cross_attention.hpp"
-#include "dense.hpp"
+#include "onednn_dense.hpp"
 #include "error.hpp"
 #include "layers.hpp"
 #include "matrix.hpp"
@@ -154,7 +154,7 @@ class Decoder {
 template <class Policies>
 Decoder<Policies>::Decoder(const WhisperWeights& w, DecoderConfig cfg)
     : w_(&w),
-      dense_(cfg.dense ? cfg.dense : &eigen_dense()),
+      dense_(cfg.dense ? cfg.dense : &default_dense()),
       cross_(w, checked(cfg)),
       length_(std::size_t(cfg.max_sequences), -1),
       audio_of_(std::size_t(cfg.max_sequences), -1),

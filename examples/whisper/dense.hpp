@@ -1,7 +1,8 @@
 // Where the model's dense products run (the CLI's --device): every GEMM of the encoder, and of
 // the decoder outside its attention policies, goes through a Dense engine.
 //
-//   EigenDense     Eigen GEMMs on the CPU (this header; the default everywhere)
+//   EigenDense     Eigen GEMMs on the CPU (this header)
+//   OnednnDense    oneDNN's sgemm on the CPU (onednn_dense.hpp; the CLI's and default_dense())
 //   CublasDense    cuBLAS on a CUDA device (cublas_dense.cuh, nvcc only; --device cuda)
 //
 // Four operations cover the model:
@@ -143,11 +144,5 @@ class EigenDense final : public Dense {
     if (bias) y.rowwise() += *bias;
   }
 };
-
-// The engine of every call that names none. Stateless.
-inline Dense& eigen_dense() {
-  static EigenDense engine;
-  return engine;
-}
 
 }  // namespace polyattn::whisper

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <string>
 
-#include "dense.hpp"
+#include "onednn_dense.hpp"
 #include "error.hpp"
 #include "layers.hpp"
 #include "matrix.hpp"
@@ -21,7 +21,7 @@ inline constexpr Eigen::Index kEncoderMlpRows = 256;
 
 // mel: (n_mels, 2 * n_audio_ctx) = one 30 s window. Returns (n_audio_ctx, d). The products run
 // on `dense`; LayerNorm, GELU and the residual sums on the CPU.
-inline RowMatrixXf encode(const WhisperWeights& w, const RowMatrixXf& mel, Dense& dense = eigen_dense()) {
+inline RowMatrixXf encode(const WhisperWeights& w, const RowMatrixXf& mel, Dense& dense = default_dense()) {
   const WhisperDims& d = w.dims;
   if (mel.rows() != d.n_mels || mel.cols() != 2 * d.n_audio_ctx)
     throw Error("encode: mel window is " + std::to_string(mel.rows()) + "x" + std::to_string(mel.cols()) +

@@ -60,7 +60,7 @@ struct TranscribeOptions {
   int beam_size = 1;
   float patience = 1.0f;        // beam_size > 1: stop after round(beam_size * patience) hypotheses
   float length_penalty = 1.0f;  // hypotheses ranked by log-prob / length^length_penalty
-  // Where the encoder's and decoder's products run (dense.hpp); nullptr: eigen_dense(). An engine
+  // Where the encoder's and decoder's products run (dense.hpp); nullptr: default_dense(). An engine
   // that keeps weight copies (CublasDense) must serve one call only: the decoder built by the call
   // owns converted weights, freed when it ends (Backend::transcribe makes one engine per call).
   Dense* dense = nullptr;
@@ -196,7 +196,7 @@ class WhisperModel {
   const RowMatrixXf& mel_filters() const { return filters_; }
 
   // One 30 s window (n_mels, 3000) -> audio features (n_audio_ctx, d).
-  RowMatrixXf encode(const RowMatrixXf& mel_window, Dense& dense = eigen_dense()) const {
+  RowMatrixXf encode(const RowMatrixXf& mel_window, Dense& dense = default_dense()) const {
     return whisper::encode(w_, mel_window, dense);
   }
 

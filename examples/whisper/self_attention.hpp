@@ -36,7 +36,7 @@
 #include <polyattn/exec/cpu/cpu_simd.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 
-#include "dense.hpp"
+#include "onednn_dense.hpp"
 #include "layers.hpp"
 #include "matrix.hpp"
 #include "weights.hpp"
@@ -50,7 +50,7 @@ struct DecoderConfig {
                           // sequences (beams); 0 = max_sequences
   int audio_slots() const { return max_audio > 0 ? max_audio : max_sequences; }
   int threads = 0;        // attention executor threads (0 = all hardware threads)
-  Dense* dense = nullptr;  // where the projections and the MLP run (dense.hpp); nullptr: eigen_dense()
+  Dense* dense = nullptr;  // where the projections and the MLP run (dense.hpp); nullptr: default_dense()
 };
 
 // Cache held by one policy (or summed over the layers): what the CLI reports.
@@ -144,7 +144,7 @@ class VariantSelfLayer {
   VariantSelfLayer(SelfLayerWeights<Variant> w, const WhisperDims& d, const DecoderConfig& cfg)
       : w_(check(std::move(w))),
         attn_(w_.shape, {.max_sequences = cfg.max_sequences, .capacity = d.n_text_ctx}, w_.params, cfg.threads),
-        dense_(cfg.dense ? cfg.dense : &eigen_dense()) {
+        dense_(cfg.dense ? cfg.dense : &default_dense()) {
     for (Eigen::Index p : w_.parts) width_ += p;
     width_ += w_.q_width;
   }

@@ -48,7 +48,7 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
   Transcription out;
   TranscribeReport& r = out.report;
   r.policies = Policies::name();
-  Dense& dense = opt.dense ? *opt.dense : eigen_dense();
+  Dense& dense = opt.dense ? *opt.dense : default_dense();
   r.dense = dense.name();
 
   // A window of one file at one temperature.

@@ -1,6 +1,8 @@
 // A weight matrix W (rows, cols), row-major as PyTorch and CTranslate2 store it, kept in the
 // precision the model ships it in: float16 stays float16, float32 (and bfloat16) are float.
-//   project(x, y)          y (n, rows) = x (n, cols) W^T, on Eigen's thread count
+//   project(x, y)          y (n, rows) = x (n, cols) W^T, on Eigen's thread count, in panels of W's
+//                          rows, each multiplied by a PanelProduct (Eigen's by default; the
+//                          oneDNN engine passes its sgemm, onednn_dense.hpp)
 //   project_streamed(x, y) the same in one pass over W for a few rows of x (the logits of a step)
 //   row_into(i, out)       out (1, cols) = W[i] in float (the token embedding's lookup)
 //
@@ -14,6 +16,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,14 +28,53 @@
 
 namespace polyattn::whisper {
 
+/// The product of one panel of W, on one thread: y (n, panel rows) = x (n, cols) P^T, with P
+/// (panel rows, cols) float and row-major.
+using PanelProduct = void (*)(ConstMatrixRef x, ConstMatrixRef panel, MatrixRef y);
+
+inline void eigen_panel_product(ConstMatrixRef x, ConstMatrixRef panel, MatrixRef y) { y.noalias() = x * panel.transpose(); }
+
+/// Rows of W a projection converts and multiplies at a time, at least: 128 x 384 floats
+/// (192 KiB) stay in L2 between the conversion and the product. A tall x (an encoder's 1500
+/// rows) takes panels of rows / threads instead, so that x is packed for few products.
+inline constexpr Eigen::Index kPanelRows = 128;
+
+/// Calls panel(first, n) for the panels [first, first + n) of W's `out` rows, shared among
+/// `threads` OpenMP threads (Eigen's own products use OpenMP: one team, no second pool spinning
+/// against it). Each call runs on one thread. The first exception a panel throws is rethrown
+/// here, after the team has finished, since none may leave an OpenMP region.
+template <class Panel>
+void for_each_panel(Eigen::Index out, Eigen::Index x_rows, int threads, Panel&& panel) {
+  const Eigen::Index panel_rows = x_rows > kPanelRows ? std::max(kPanelRows, (out + threads - 1) / threads) : kPanelRows;
+  const Eigen::Index panels = (out + panel_rows - 1) / panel_rows;
+  std::exception_ptr failure;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads)
+#endif
+  for (Eigen::Index p = 0; p < panels; ++p) {
+    try {
+      const Eigen::Index first = p * panel_rows;
+      panel(first, std::min(panel_rows, out - first));
+    } catch (...) {
+#ifdef _OPENMP
+#pragma omp critical(polyattn_whisper_panel_failure)
+#endif
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+/// y (n, out) = x (n, in) W^T for a float W (out, in), in panels of W's rows (for_each_panel).
+inline void project_float(ConstMatrixRef x, ConstMatrixRef w, MatrixRef y, PanelProduct product, int threads) {
+  if (y.size() == 0) return;
+  for_each_panel(w.rows(), x.rows(), threads,
+                 [&](Eigen::Index first, Eigen::Index n) { product(x, w.middleRows(first, n), y.middleCols(first, n)); });
+}
+
 class WeightMatrix {
  public:
   using HalfMatrix = Eigen::Matrix<Eigen::half, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-  /// Rows of W a projection converts and multiplies at a time, at least: 128 x 384 floats
-  /// (192 KiB) stay in L2 between the conversion and the product. A tall x (an encoder's 1500
-  /// rows) takes panels of rows() / threads instead, so that x is packed for few products.
-  static constexpr Eigen::Index kPanelRows = 128;
 
   WeightMatrix() = default;
   explicit WeightMatrix(RowMatrixXf values) : float_(std::move(values)) {}
@@ -64,28 +106,19 @@ class WeightMatrix {
       out = float_.row(token);
   }
 
-  /// y (n, rows) = x (n, cols) W^T. Panels of W's rows, shared among Eigen's threads (OpenMP, as
-  /// Eigen's own products are: one team, no second pool spinning against it; inside it each
-  /// product runs on one thread); a float16 panel is converted into the thread's scratch, then
-  /// multiplied by Eigen.
-  void project(ConstMatrixRef x, MatrixRef y) const {
+  /// y (n, rows) = x (n, cols) W^T in panels of W's rows shared among Eigen's threads
+  /// (for_each_panel), each multiplied by `product` on one thread; a float16 panel is first
+  /// converted into that thread's scratch.
+  void project(ConstMatrixRef x, MatrixRef y, PanelProduct product = eigen_panel_product) const {
     check_product(x, y);
-    const Eigen::Index out = rows(), threads = Eigen::nbThreads();
-    const Eigen::Index panel_rows = x.rows() > kPanelRows ? std::max(kPanelRows, (out + threads - 1) / threads) : kPanelRows;
-    const Eigen::Index panels = (out + panel_rows - 1) / panel_rows;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(threads)
-#endif
-    for (Eigen::Index p = 0; p < panels; ++p) {
-      const Eigen::Index first = p * panel_rows, n = std::min(panel_rows, out - first);
-      if (is_half_) {
-        thread_local RowMatrixXf panel;  // (panel rows, cols): reused by every call on this thread
-        panel = half_.middleRows(first, n).cast<float>();
-        y.middleCols(first, n).noalias() = x * panel.transpose();
-      } else {
-        y.middleCols(first, n).noalias() = x * float_.middleRows(first, n).transpose();
-      }
-    }
+    const int threads = Eigen::nbThreads();
+    if (!is_half_) return project_float(x, float_, y, product, threads);
+    if (y.size() == 0) return;
+    for_each_panel(rows(), x.rows(), threads, [&](Eigen::Index first, Eigen::Index n) {
+      thread_local RowMatrixXf panel;  // (panel rows, cols): reused by every call on this thread
+      panel = half_.middleRows(first, n).cast<float>();
+      product(x, panel, y.middleCols(first, n));
+    });
   }
 
   /// The same as project() for up to kStreamMaxRows rows of x (a decoding step's logits: one row

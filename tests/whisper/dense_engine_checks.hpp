@@ -84,7 +84,7 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
     using polyattn::whisper::WeightMatrix;
     // 303 rows of W: two whole panels and a partial one (kPanelRows = 128); for the stream, four
     // whole blocks of 64 rows and a fifth ending on 3 rows that are not a block of 4.
-    const RowMatrixXf values = random_matrix(rng, 2 * WeightMatrix::kPanelRows + 47, 16);
+    const RowMatrixXf values = random_matrix(rng, 2 * polyattn::whisper::kPanelRows + 47, 16);
     const RowVectorXf bias = random_matrix(rng, 1, values.rows());
     const WeightMatrix f32(values), f16(WeightMatrix::HalfMatrix(values.cast<Eigen::half>()));
     CHECK(!f32.is_half());
@@ -108,7 +108,7 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
         CHECK(out.rightCols(5).array().isNaN().all());
         const StoredLinear l{*e, bias};
         check_affine_bound(engine.linear(x, l), x, exact, &bias);
-        if (rows <= WeightMatrix::kPanelRows) {
+        if (rows <= polyattn::whisper::kPanelRows) {
           // The thread count changes who multiplies a panel, never its sums (a tall x's panels
           // follow the thread count, and Eigen may block a product of another width otherwise).
           Eigen::setNbThreads(threads == 1 ? 2 : 1);

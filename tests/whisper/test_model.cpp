@@ -32,6 +32,13 @@ TEST_SUITE("model") {
     whisper_test::check_dense_engine(engine);
   }
 
+  TEST_CASE("the oneDNN engine: linear, conv1d_k3 and encoder attention against double oracles") {
+    OnednnDense engine;
+    whisper_test::check_dense_engine(engine);
+    CHECK(&default_dense() != &engine);
+    CHECK(default_dense().name() == engine.name());  // the engine of every call that names none
+  }
+
   TEST_CASE("tiny.en: weights, encoder positions, jfk.wav transcript") {
     const std::string dir = whisper_test::model_dir();
     const std::string wav = whisper_test::data_file("jfk.wav");
