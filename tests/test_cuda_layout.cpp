@@ -2,6 +2,7 @@
 // addresses exactly the rows the host stores do, and the mirror tracker plans the right copies.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -179,6 +180,91 @@ TEST_CASE_TEMPLATE("the mirror tracker re-copies each sequence's last row when t
   CHECK(rows_of(plan, b) == std::pair{0, 2});
 }
 
+
+TEST_CASE("the mirror tracker copies a fork's own pages only: the shared ones are on the device already") {
+  const std::vector<TensorSpec> specs{{2, 3}, {2, 3}};
+  CacheStore<Paged<4>, float> store(specs, {.max_sequences = 3, .capacity = 16});
+  MirrorTracker tracker;
+  tracker.reset(device_geometry(store));
+  const int parent = store.open();
+  store.grow(parent, 10);  // pages: two full, one holding tokens 8 and 9
+  MirrorPlan plan = tracker.plan(store, jobs_for({parent}));
+  REQUIRE(plan.rows.size() == 1);
+  CHECK(plan.rows[0].count == 10);
+
+  const int child = store.fork(parent, false);  // shares the two full pages, copies the last
+  plan = tracker.plan(store, jobs_for({parent, child}));
+  REQUIRE(plan.page_tables.size() == 1);  // the child's table, all of it
+  CHECK(plan.page_tables[0].seq == child);
+  CHECK(plan.page_tables[0].count == 3);
+  REQUIRE(plan.rows.size() == 1);  // the parent is up to date; of the child only its copied page
+  CHECK(plan.rows[0].seq == child);
+  CHECK(plan.rows[0].first == 8);
+  CHECK(plan.rows[0].count == 2);
+  CHECK(tracker.synced(child) == 10);
+
+  // Both go on: each copies its own new rows.
+  store.grow(parent, 3);  // tokens 10, 11 (its last page), 12 (a new page)
+  store.grow(child, 1);
+  plan = tracker.plan(store, jobs_for({parent, child}));
+  REQUIRE(plan.rows.size() == 2);
+  CHECK((plan.rows[0].seq == parent && plan.rows[0].first == 10 && plan.rows[0].count == 3));
+  CHECK((plan.rows[1].seq == child && plan.rows[1].first == 10 && plan.rows[1].count == 1));
+
+  // A fork of a fork on a page boundary shares every page: nothing to copy but its table.
+  store.grow(child, 1);  // 12 tokens: three full pages
+  CHECK(tracker.plan(store, jobs_for({child})).rows.size() == 1);
+  const int grandchild = store.fork(child, false);
+  plan = tracker.plan(store, jobs_for({grandchild}));
+  CHECK(plan.rows.empty());
+  CHECK(plan.page_tables.size() == 1);
+
+  // The parent closes: its own pages go back to the pool, and the sequence that takes them next
+  // is copied in full, since the device holds the parent's rows there.
+  const std::vector<int> parents_own{store.pages_of(parent)[2], store.pages_of(parent)[3]};
+  store.close(parent);
+  const int other = store.open();
+  store.grow(other, 6);
+  CHECK(std::ranges::find_first_of(store.pages_of(other), parents_own) != store.pages_of(other).end());
+  plan = tracker.plan(store, jobs_for({other, child, grandchild}));
+  REQUIRE(plan.rows.size() == 1);
+  CHECK((plan.rows[0].seq == other && plan.rows[0].first == 0 && plan.rows[0].count == 6));
+}
+
+TEST_CASE("the mirror tracker re-copies a forked parent's rewritten last row, and the child's private copy of it") {
+  // Mtla: the open last row is private to each sequence after a fork (fork(.., true) copies its
+  // page even when full), and later tokens rewrite it.
+  const std::vector<TensorSpec> specs{{1, 6}};
+  CacheStore<Paged<4>, float> store(specs, {.max_sequences = 2, .capacity = 16});
+  MirrorTracker tracker;
+  tracker.reset(device_geometry(store));
+  const int parent = store.open();
+  store.grow(parent, 8);  // two full pages; row 7 still open
+  CHECK(tracker.plan(store, jobs_for({parent}), true).rows.size() == 1);
+  const int child = store.fork(parent, true);
+  MirrorPlan plan = tracker.plan(store, jobs_for({child, parent}), true);
+  REQUIRE(plan.rows.size() == 2);
+  CHECK((plan.rows[0].seq == child && plan.rows[0].first == 4 && plan.rows[0].count == 4));  // its own copy of page 1
+  CHECK((plan.rows[1].seq == parent && plan.rows[1].first == 7 && plan.rows[1].count == 1));  // its open row
+  // The child's next attend re-copies only its own open row.
+  plan = tracker.plan(store, jobs_for({child}), true);
+  REQUIRE(plan.rows.size() == 1);
+  CHECK((plan.rows[0].first == 7 && plan.rows[0].count == 1));
+}
+
+TEST_CASE_TEMPLATE("contiguous layouts: the mirror copies a fork in full, its rows being in a new slot", Layout, Nhd, Hnd) {
+  const std::vector<TensorSpec> specs{{1, 2}};
+  CacheStore<Layout, float> store(specs, {.max_sequences = 2, .capacity = 16});
+  MirrorTracker tracker;
+  tracker.reset(device_geometry(store));
+  const int parent = store.open();
+  store.grow(parent, 5);
+  tracker.plan(store, jobs_for({parent}));
+  const int child = store.fork(parent, false);
+  const MirrorPlan plan = tracker.plan(store, jobs_for({child, parent}));
+  REQUIRE(plan.rows.size() == 1);
+  CHECK((plan.rows[0].seq == child && plan.rows[0].first == 0 && plan.rows[0].count == 5));
+}
 
 TEST_CASE("the tiled decode kernel takes aligned rows that fit its shared memory, and only those") {
   // MHA, float: separate key and value tiles of 64 tokens, each row padded by 16 bytes.

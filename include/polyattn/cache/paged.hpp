@@ -54,6 +54,7 @@ class CacheStore<Paged<PageSize>, T> {
       pool_.emplace_back().reserve(detail::cache_buffer_elements<T>(std::uint64_t(n_pages_) * PageSize, spec));
     }
     references_.assign(std::size_t(n_pages_), 0);
+    stamps_.assign(std::size_t(n_pages_), 0);
     free_pages_.reserve(std::size_t(n_pages_));
   }
 
@@ -161,6 +162,11 @@ class CacheStore<Paged<PageSize>, T> {
 
   /// Sequences holding page `page` (0: free; more than 1: shared by forks).
   int references(int page) const { return references_[std::size_t(page)]; }
+  /// Changes each time page `page` is handed out (from 1; 0: never handed out), so that a copy of
+  /// the pool (the CUDA mirror) knows which of its pages hold rows of an earlier owner. Between two
+  /// hand-outs a page's rows are only appended, never rewritten, except a sequence's last row
+  /// where the variant rewrites it (AttendSpec::rewrites_last_row).
+  std::uint64_t page_stamp(int page) const { return stamps_[std::size_t(page)]; }
 
   T* row(int tensor, int seq, int token, int head) { return pool_[std::size_t(tensor)].data() + offset(tensor, seq, token, head); }
   const T* row(int tensor, int seq, int token, int head) const {
@@ -234,6 +240,7 @@ class CacheStore<Paged<PageSize>, T> {
     const int p = free_pages_.back();
     free_pages_.pop_back();
     references_[std::size_t(p)] = 1;
+    stamps_[std::size_t(p)] = ++pages_handed_out_;
     return p;
   }
 
@@ -276,6 +283,8 @@ class CacheStore<Paged<PageSize>, T> {
   std::vector<std::vector<int>> page_table_;    // per sequence: pages in token order
   std::vector<int> free_pages_;                 // committed pages no sequence holds
   std::vector<int> references_;                 // per page: sequences holding it
+  std::vector<std::uint64_t> stamps_;           // per page: page_stamp()
+  std::uint64_t pages_handed_out_ = 0;
 };
 
 }  // namespace polyattn
