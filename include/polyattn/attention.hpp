@@ -1,4 +1,4 @@
-// Attention<Variant, Layout, Executor, T>: a layer's attention with its own cache.
+// Attention<Variant, Layout, Executor, T, KeyMaskT>: a layer's attention with its own cache.
 //
 //   append(seq, rows)              write rows (K/V, or what the variant caches) to the cache
 //   attend(seqs, q, out)           one query per sequence over everything cached (cross-attention)
@@ -14,6 +14,11 @@
 // Positions and lengths count tokens. For a variant that merges tokens into shared cache rows
 // (Variant::tokens_per_row > 1, e.g. Mtla) the store counts rows, ceil(tokens / tokens_per_row),
 // and CacheConfig::capacity is in rows; see VariantBase.
+//
+// KeyMaskT (core/key_mask.hpp) narrows what every query row sees, in decode and prefill alike, inside
+// the executors' tile loops: PrefixMask (the default) leaves each row every token its prefix gives
+// it (all cached tokens; causal or full in prefill), SlidingWindow<W> (core/sliding_window.hpp)
+// the last W of them. A mask counts cache rows, which are tokens unless the variant merges them.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +35,7 @@
 #include "polyattn/core/attend_with_hooks.hpp"
 #include "polyattn/core/cache_element.hpp"
 #include "polyattn/core/error.hpp"
+#include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/mask.hpp"
 #include "polyattn/core/matrix.hpp"
 #include "polyattn/core/shape.hpp"
@@ -37,7 +43,7 @@
 
 namespace polyattn {
 
-template <class Variant, class Layout, class Executor, class T = float>
+template <class Variant, class Layout, class Executor, class T = float, KeyMask KeyMaskT = PrefixMask>
 class Attention {
   static_assert(AttentionVariant<Variant>,
                 "polyattn: the Variant argument of Attention does not model AttentionVariant (see variants/variant.hpp)");
@@ -51,6 +57,7 @@ class Attention {
   using layout_type = Layout;
   using executor_type = Executor;
   using value_type = T;
+  using mask_type = KeyMaskT;
   using Store = CacheStore<Layout, T>;
   using Params = typename Variant::Params;
   using Rows = typename Variant::Rows;
@@ -301,7 +308,7 @@ class Attention {
 
   /// Runs the executor for jobs_ (seq and visible set) through the variant's hooks.
   void run(ConstMatrixRef q, MatrixRef out) {
-    attend_with_hooks<Variant>(shape_, params_, spec_, std::as_const(store_), executor_, std::span<QueryJob>(jobs_), q, out,
+    attend_with_hooks<Variant, KeyMaskT>(shape_, params_, spec_, std::as_const(store_), executor_, std::span<QueryJob>(jobs_), q, out,
                                scratch_);
   }
 

@@ -8,6 +8,7 @@
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/core/shape.hpp"
+#include "polyattn/core/sliding_window.hpp"
 #include "polyattn/core/thread_pool.hpp"
 #include "polyattn/dispatch.hpp"
 #include "polyattn/exec/cpu/cpu_simd.hpp"

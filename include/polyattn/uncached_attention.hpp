@@ -9,7 +9,8 @@
 //     out  (n, query_heads * head_dim)
 //   Mask::full: every row sees all n_keys keys. Mask::causal: the rows are the last n of the
 //   n_keys positions, and row i sees keys [0, n_keys - n + i] (a chunk after n_keys - n earlier
-//   tokens).
+//   tokens). A key mask narrows that inside the executor's tile loop (core/key_mask.hpp):
+//   attention<SlidingWindow<256>>(executor, q, k, v, heads, Mask::causal, out).
 // Executors that read a cache of their own on a device (exec::Cuda) do not take it.
 #pragma once
 
@@ -20,6 +21,7 @@
 #include "polyattn/cache/matrix_rows.hpp"
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/error.hpp"
+#include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/mask.hpp"
 #include "polyattn/core/matrix.hpp"
 
@@ -32,7 +34,7 @@ struct AttentionHeads {
   float scale = 0.0f;  ///< softmax scale on q.k; 0 = 1 / sqrt(head_dim)
 };
 
-template <class Executor>
+template <KeyMask KeyMaskT = PrefixMask, class Executor>
 void attention(Executor& executor, ConstMatrixRef q, ConstMatrixRef k, ConstMatrixRef v, const AttentionHeads& heads, Mask mask,
                MatrixRef out) {
   const int hq = heads.query_heads, hkv = heads.kv_heads, dh = heads.head_dim;
@@ -58,7 +60,7 @@ void attention(Executor& executor, ConstMatrixRef q, ConstMatrixRef k, ConstMatr
   for (int i = 0; i < n; ++i)
     jobs[std::size_t(i)] = {0, mask == Mask::full ? n_keys : std::clamp(n_keys - n + i + 1, 0, n_keys),
                             q.data() + std::ptrdiff_t(i) * q.outerStride(), out.data() + std::ptrdiff_t(i) * out.outerStride()};
-  executor.attend(MatrixRows(k, v, hkv, dh), spec, std::span<const QueryJob>(jobs));
+  executor.template attend<KeyMaskT>(MatrixRows(k, v, hkv, dh), spec, std::span<const QueryJob>(jobs));
 }
 
 }  // namespace polyattn

@@ -21,6 +21,7 @@
 #include <polyattn/attention.hpp>
 #include <polyattn/cache/contiguous.hpp>
 #include <polyattn/cache/paged.hpp>
+#include <polyattn/core/sliding_window.hpp>
 #include <polyattn/convert/x_cache.hpp>
 #include <polyattn/exec/cuda/cuda.cuh>
 #include <polyattn/exec/reference/reference.hpp>
@@ -38,6 +39,8 @@
 #include "support/dense_oracle.hpp"
 #include "support/equivalence_combos.hpp"
 #include "support/executor_tolerance.hpp"
+#include "support/fork_scenarios.hpp"
+#include "support/window_scenarios.hpp"
 #include "support/latent_scenarios.hpp"
 #include "support/rounded_cache.hpp"
 #include "support/mha_layer.hpp"
@@ -183,6 +186,40 @@ TEST_CASE_TEMPLATE("cuda: Mtla decode, chunked prefill and batched decode equal 
                    POLYATTN_CUDA_COMBOS_FOR(MtlaS<1>), POLYATTN_CUDA_COMBOS_FOR(MtlaS<2>), POLYATTN_CUDA_COMBOS_FOR(MtlaS<3>),
                    POLYATTN_CUDA_COMBOS_FOR(MtlaS<4>), Combo<MtlaS<3>, Paged<2>>) {
   mtla_decode_prefill_scenario<typename C::type>({3, 8});
+}
+
+TEST_CASE_TEMPLATE("cuda: forked sequences (beams) equal a replay on the device" * doctest::skip(kNoDevice), C, Combo<Mha, Nhd>,
+                   Combo<Gqa<2>, Hnd>, Combo<Mha, Paged<4>>, Combo<MtlaS<3>, Paged<4>>, Combo<SlimK2, Paged<4>>,
+                   Combo<XCache, Hnd>, Combo<Mla<12, 4, MlaKeyPart::preserved>, Paged<4>>) {
+  fork_equals_replay<typename C::type>();
+}
+
+using WindowMhaNhd = Attention<Mha, Nhd, exec::Cuda, float, SlidingWindow<24>>;  // aliases: no commas in the list below
+using WindowGqaPaged = Attention<Gqa<2>, Paged<7>, exec::Cuda, float, SlidingWindow<24>>;
+using WindowSlimHnd = Attention<SlimK2, Hnd, exec::Cuda, float, SlidingWindow<24>>;
+TEST_CASE_TEMPLATE("cuda: a sliding window reads only its tokens: prefill and batched decode match the dense oracle" *
+                       doctest::skip(kNoDevice),
+                   A, WindowMhaNhd, WindowGqaPaged, WindowSlimHnd) {
+  window_prefill_and_decode<A>();
+}
+
+TEST_CASE("cuda: a fork on Paged<P> uploads only its own pages' rows, the shared ones being on the device" *
+          doctest::skip(kNoDevice)) {
+  const AttentionShape s{2, 8};
+  std::mt19937 rng(3);
+  Attention<Mha, Paged<4>, exec::Cuda> attn(s, {.max_sequences = 3, .capacity = 32, .poison_unused = true});
+  const int parent = attn.open_sequence();
+  const RandomRows<Mha> prefix(s, 10, rng);  // two full pages, two tokens on a third
+  RowMatrixXf out(10, s.query_width());
+  attn.prefill(parent, random_matrix(10, s.query_width(), rng), prefix.view(), Mask::causal, out);
+  const std::uint64_t before = attn.executor().rows_uploaded();
+  CHECK(before == 10);
+  const int child = attn.fork(parent);
+  const RandomRows<Mha> step(s, 2, rng);
+  RowMatrixXf step_out(2, s.query_width());
+  attn.decode(std::vector<int>{parent, child}, random_matrix(2, s.query_width(), rng), step.view(), step_out);
+  // The parent's new token; the child's copy of the partly filled page (2 rows) and its new token.
+  CHECK(attn.executor().rows_uploaded() - before == 1 + 3);
 }
 
 TEST_CASE_TEMPLATE("cuda: Mtla over many slots equals Reference, rows merged after a long prefill" * doctest::skip(kNoDevice), L, Nhd,

@@ -9,6 +9,7 @@
 #include <span>
 
 #include "polyattn/core/attend.hpp"
+#include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/matrix.hpp"
 #include "polyattn/core/shape.hpp"
 
@@ -26,8 +27,9 @@ struct AttendScratch {
 /// `store` (or over the views the variant derives from it), maps the result through the output
 /// hook into `out`. jobs[i] answers q.row(i) and writes out.row(i); its query/out pointers are
 /// filled here. Attention calls it for its own cache; a cache read by several layers with
-/// different weights (one encoder-output cache for every decoder layer) calls it directly.
-template <class Variant, class Store, class Executor>
+/// different weights (one encoder-output cache for every decoder layer) calls it directly. `KeyMaskT`
+/// is the key mask the executor applies inside its tile loop (core/key_mask.hpp).
+template <class Variant, KeyMask KeyMaskT = PrefixMask, class Store, class Executor>
 void attend_with_hooks(const AttentionShape& shape, const typename Variant::Params& params, const AttendSpec& spec,
                        const Store& store, Executor& executor, std::span<QueryJob> jobs, ConstMatrixRef q, MatrixRef out,
                        AttendScratch<Variant>& scratch) {
@@ -60,9 +62,9 @@ void attend_with_hooks(const AttentionShape& shape, const typename Variant::Para
                   "SlimK1, and SlimK<..., slim::Rope>) are not supported by executors that mirror the cache on a "
                   "device (exec::Cuda): use SlimK2 (SlimK<slim::WeightedKeys, slim::NoRope>) or a CPU executor");
     Variant::attend_derived(shape, params, store, all, scratch.derived,
-                            [&](const auto& view, std::span<const QueryJob> some) { executor.attend(view, spec, some); });
+                            [&](const auto& view, std::span<const QueryJob> some) { executor.template attend<KeyMaskT>(view, spec, some); });
   } else {
-    executor.attend(store, spec, all);
+    executor.template attend<KeyMaskT>(store, spec, all);
   }
   if constexpr (Variant::transforms_outputs) Variant::finish_outputs(shape, params, scratch.attended, out);
 }

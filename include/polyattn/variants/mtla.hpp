@@ -30,11 +30,24 @@
 #include <vector>
 
 #include "polyattn/core/error.hpp"
+#include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/matrix.hpp"
 #include "polyattn/variants/latent_absorption.hpp"
 #include "polyattn/variants/variant.hpp"
 
 namespace polyattn {
+
+/// MTLA's stride-aware causal mask over the keys of its parallel form (key n: token n's slot as
+/// it stands after token n), as a key mask (core/key_mask.hpp): the row of token m = visible - 1
+/// sees key m and every key n < m that closes a slot, (n + 1) % Stride == 0.
+template <int Stride>
+struct MtlaStrideMask {
+  static constexpr bool drops_keys = Stride > 1;
+  POLYATTN_HOST_DEVICE static constexpr KeyRange range(const QueryJob& job) { return {0, job.visible}; }
+  POLYATTN_HOST_DEVICE static constexpr bool keeps(const QueryJob& job, int key) {
+    return key == job.visible - 1 || (key + 1) % Stride == 0;
+  }
+};
 
 template <int Rank, int Stride, int RopeDim>
 struct Mtla : VariantBase {
@@ -49,6 +62,7 @@ struct Mtla : VariantBase {
   static constexpr int open_row_width = Rank;
   static constexpr bool transforms_queries = true;
   static constexpr bool transforms_outputs = true;
+  using StrideMask = MtlaStrideMask<Stride>;
 
   /// Weights in the x·W convention (a torch Linear weight is the transpose).
   struct Params {
@@ -227,7 +241,7 @@ struct Mtla : VariantBase {
       for (int m = 0; m < T; ++m) {
         Scalar top = -std::numeric_limits<Scalar>::infinity();
         for (int n = 0; n < T; ++n) {
-          if (!(n == m || (n < m && (n + 1) % Stride == 0))) scores(m, n) = -std::numeric_limits<Scalar>::infinity();
+          if (n > m || !StrideMask::keeps(QueryJob{0, m + 1}, n)) scores(m, n) = -std::numeric_limits<Scalar>::infinity();
           top = std::max(top, scores(m, n));
         }
         scores.row(m) = (scores.row(m).array() - top).exp().matrix();

@@ -5,8 +5,10 @@
 // per tile runs across the query vectors in SIMD lanes (max, rescale, exp and sum, vertical: no
 // horizontal reduction), then the weights times the tile's values. Keys are read once per block
 // instead of once per query row, and both products are register-blocked micro-kernels.
-// Row r of the block sees tokens [0, rows[r].visible): causal, full or any other prefix mask,
-// as the attend primitive (core/attend.hpp) says, with the same scores at the limits.
+// Row r of the block sees the tokens [first, end) of its key mask's range (core/key_mask.hpp;
+// [0, visible) by default: causal, full or any other prefix), less those the mask drops, with the
+// scores at the limits of the attend primitive (core/attend.hpp). Only the tiles some row sees
+// are read.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "polyattn/core/attend.hpp"
+#include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/exec/cpu/block_tile.hpp"
 #include "polyattn/exec/cpu/decode_tile.hpp"
@@ -44,32 +47,15 @@ int block_rows(const AttendSpec& spec) {
 /// each head reads its own slice, head g's rows start at lane g * round_up(R, W).
 struct BlockScratch {
   std::vector<float> qt;       // [key_dim][lanes]: pre-scaled queries, transposed
-  std::vector<float> visible;  // [lanes]: tokens each lane's row sees (0: a padding lane)
+  std::vector<float> first, end;  // [lanes]: the key range of each lane's row ([0, 0): a padding lane)
   std::vector<float> st;       // [kTile][lanes]: scores, then weights
   std::vector<float> acc;      // [lanes][value_dim]
   std::vector<float> max, sum, factor;  // [lanes]: the online-softmax state, and a tile's rescale
 };
 
-/// Whether all n x dim elements of the rows are finite.
-template <class Arch, class T>
-bool all_finite(const T* rows, std::ptrdiff_t stride, int n, int dim) {
-  using B = xsimd::batch<float, Arch>;
-  constexpr int W = int(B::size);
-  B zero(0.0f), z(0.0f);  // x * 0 is 0 for finite x, NaN for inf and NaN
-  float tail = 0.0f;
-  for (int j = 0; j < n; ++j) {
-    const T* row = rows + std::ptrdiff_t(j) * stride;
-    int c = 0;
-    for (; c + W <= dim; c += W) z += load_floats<Arch>(row + c) * zero;
-    for (; c < dim; ++c) tail += to_float(row[c]) * 0.0f;
-  }
-  return xsimd::all(z == zero) && tail == 0.0f;
-}
-
-/// Attends the query rows of `rows` (jobs of one sequence, any visible counts, at most
-/// block_rows) for the `group` query heads of cache head `head`, and writes their normalised
-/// outputs.
-template <class Arch, class Store>
+/// Attends the query rows of `rows` (jobs of one sequence, any key ranges, at most block_rows)
+/// for the `group` query heads of cache head `head`, and writes their normalised outputs.
+template <class Arch, class KeyMaskT = PrefixMask, class Store>
 void attend_block(const Store& store, const AttendSpec& spec, int head, std::span<const QueryJob> rows, BlockScratch& s) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
@@ -82,17 +68,25 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
   const auto lane = [&](int g, int r) { return variants == 1 ? g * R + r : g * span + r; };
 
   s.qt.assign(std::size_t(dk) * lanes, 0.0f);
-  s.visible.assign(std::size_t(lanes), 0.0f);
-  int end = 0, all_see = rows[0].visible;  // tokens some row sees; tokens every row sees
+  s.first.assign(std::size_t(lanes), 0.0f);
+  s.end.assign(std::size_t(lanes), 0.0f);
+  // Tokens some row sees, [begin, end), and tokens every row sees, [all_first, all_end).
+  int begin = std::numeric_limits<int>::max(), end = 0, all_first = 0, all_end = std::numeric_limits<int>::max();
   for (int r = 0; r < R; ++r) {
     const QueryJob& job = rows[std::size_t(r)];
-    end = std::max(end, job.visible);
-    all_see = std::min(all_see, job.visible);
+    const KeyRange keys = KeyMaskT::range(job);
+    if (keys.size() > 0) {
+      begin = std::min(begin, keys.first);
+      end = std::max(end, keys.end);
+    }
+    all_first = std::max(all_first, keys.first);
+    all_end = std::min(all_end, keys.end);
     for (int g = 0; g < G; ++g) {
       const int i = lane(g, r);
       const float* q = job.query + std::ptrdiff_t(head * G + g) * dk;
       for (int d = 0; d < dk; ++d) s.qt[std::size_t(d) * lanes + i] = q[d] * spec.scale;  // fold the scale into q once
-      s.visible[std::size_t(i)] = float(job.visible);
+      s.first[std::size_t(i)] = float(keys.first);
+      s.end[std::size_t(i)] = float(keys.end);
     }
   }
   s.st.resize(std::size_t(kTile) * lanes);
@@ -102,7 +96,7 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
   s.factor.resize(std::size_t(lanes));
 
   const B minus_inf(kNegativeInfinity<float>), largest(kLargestFinite<float>), zero(0.0f), one(1.0f);
-  for (int t = 0; t < end;) {
+  for (int t = begin; t < end;) {
     const auto keys = store.run(spec.key_tensor, seq, t, head);
     const auto values = store.run(spec.value_tensor, seq, t, head);
     const int n = std::min({kTile, end - t, keys.count, values.count});
@@ -110,17 +104,29 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
       score_block<Arch>(keys.data + spec.key_offset + v * spec.key_group_stride, keys.stride, n, dk, s.qt.data(), lanes, v * span,
                         span, s.st.data(), lanes);
 
-    // One online-softmax step for W lanes at a time. Scores of tokens a lane's row does not see
+    // Tokens the mask drops inside the rows' ranges score -inf (asked per row and token).
+    bool dropped = false;
+    if constexpr (KeyMaskT::drops_keys)
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < n; ++j)
+          if (!KeyMaskT::keeps(rows[std::size_t(r)], t + j)) {
+            dropped = true;
+            for (int g = 0; g < G; ++g) s.st[std::size_t(j) * lanes + lane(g, r)] = kNegativeInfinity<float>;
+          }
+    // One online-softmax step for W lanes at a time. Scores of tokens outside a lane's range
     // become -inf, +inf becomes the largest float (bounded_score); a NaN stays and shows.
-    const bool masked = t + n > all_see;
+    const bool masked = t < all_first || t + n > all_end || dropped;
     for (int c = 0; c < lanes; c += W) {
-      const B visible = B::load_unaligned(s.visible.data() + c);
+      const B first = B::load_unaligned(s.first.data() + c), last = B::load_unaligned(s.end.data() + c);
       B block_max = minus_inf;
       auto nan = xsimd::isnan(zero);
       for (int j = 0; j < n; ++j) {
         float* p = s.st.data() + std::ptrdiff_t(j) * lanes + c;
         B x = B::load_unaligned(p);
-        if (masked) x = xsimd::select(visible <= B(float(t + j)), minus_inf, x);
+        if (masked) {
+          const B token(float(t + j));
+          x = xsimd::select(last <= token || first > token, minus_inf, x);
+        }
         x = xsimd::select(x > largest, largest, x);
         x.store_unaligned(p);
         nan = nan | xsimd::isnan(x);
@@ -146,22 +152,22 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
       if (s.factor[std::size_t(i)] != 1.0f) scale<Arch>(s.factor[std::size_t(i)], s.acc.data() + std::ptrdiff_t(i) * dv, dv);
 
     // Weights times values. A row's unseen tokens have weight 0, which adds nothing as long as
-    // their values are finite (0 * inf is NaN): where the tile holds a value that is not, the
-    // rows that do not see all of it take only the rows they see.
+    // their values are finite (0 * inf is NaN): where the tile holds a value that is not, each
+    // row takes only the tokens it sees.
     const auto* value_rows = values.data + spec.value_offset;
     if (!masked || all_finite<Arch>(value_rows, values.stride, n, dv)) {
       accumulate_weights<Arch>(s.st.data(), WeightIndex<true>{lanes}, lanes, value_rows, values.stride, n, s.acc.data(), dv);
     } else {
-      for (int g = 0; g < G; ++g)
-        for (int r0 = 0; r0 < R;) {
-          const int seen = std::clamp(rows[std::size_t(r0)].visible - t, 0, n);
-          int r1 = r0 + 1;
-          while (r1 < R && std::clamp(rows[std::size_t(r1)].visible - t, 0, n) == seen) ++r1;
-          if (seen > 0)
-            accumulate_weights<Arch>(s.st.data() + lane(g, r0), WeightIndex<true>{lanes}, r1 - r0, value_rows, values.stride, seen,
-                                   s.acc.data() + std::ptrdiff_t(lane(g, r0)) * dv, dv);
-          r0 = r1;
-        }
+      for (int r = 0; r < R; ++r) {
+        const QueryJob& job = rows[std::size_t(r)];
+        const KeyRange keys = KeyMaskT::range(job);
+        const auto sees = [&](int j) {
+          return t + j >= keys.first && t + j < keys.end && (!KeyMaskT::drops_keys || KeyMaskT::keeps(job, t + j));
+        };
+        for (int g = 0; g < G; ++g)
+          accumulate_seen<Arch>(s.st.data() + lane(g, r), WeightIndex<true>{lanes}, value_rows, values.stride, n,
+                                s.acc.data() + std::ptrdiff_t(lane(g, r)) * dv, dv, sees);
+      }
     }
     // A lane that has seen nothing keeps a zero accumulator (its weights were 0, but a value
     // could be inf), as decode does.

@@ -6,6 +6,8 @@
 //   prefill  several consecutive query rows of one sequence (a prefill, an uncached attention):
 //            blocks of rows, parallel over (block, cache head), each block reading a tile's keys
 //            once for all its rows (attend_block.hpp).
+// Both read only the tokens a row's key mask (core/key_mask.hpp) gives it, and ask the mask
+// inside the tile loop when it drops keys.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "polyattn/core/attend.hpp"
+#include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/core/thread_pool.hpp"
 #include "polyattn/exec/cpu/attend_block.hpp"
@@ -43,7 +46,7 @@ class CpuSimd {
 
   int threads() const { return pool_->size(); }
 
-  template <class Store>
+  template <KeyMask KeyMaskT = PrefixMask, class Store>
   void attend(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) {
     using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>,
@@ -61,11 +64,11 @@ class CpuSimd {
         single_.insert(single_.end(), jobs.begin() + std::ptrdiff_t(first), jobs.begin() + std::ptrdiff_t(first + count));
       }
     });
-    if (!blocks_.empty()) attend_blocks(store, spec);
+    if (!blocks_.empty()) attend_blocks<KeyMaskT>(store, spec);
     if (single_.size() == jobs.size())
-      attend_rows(store, spec, jobs);
+      attend_rows<KeyMaskT>(store, spec, jobs);
     else if (!single_.empty())
-      attend_rows(store, spec, std::span<const QueryJob>(single_));
+      attend_rows<KeyMaskT>(store, spec, std::span<const QueryJob>(single_));
   }
 
  private:
@@ -73,18 +76,18 @@ class CpuSimd {
 
   /// Every (block, cache head) is a task; the last blocks first, since under a causal mask they
   /// see the most tokens (the pool hands tasks out in order, so long ones do not come last).
-  template <class Store>
+  template <class KeyMaskT, class Store>
   void attend_blocks(const Store& store, const AttendSpec& spec) {
     const int H = spec.cache_heads, n = int(blocks_.size());
     pool_->parallel_for(n * H, [&](int task) {
       thread_local cpu::BlockScratch scratch;
       const int block = n - 1 - task / H, head = task % H;
-      cpu::attend_block<Arch>(store, spec, head, blocks_[std::size_t(block)], scratch);
+      cpu::attend_block<Arch, KeyMaskT>(store, spec, head, blocks_[std::size_t(block)], scratch);
     });
   }
 
-  /// The decode kernel: one query row per job.
-  template <class Store>
+  /// The decode kernel: one query row per job, over the tokens of its key range.
+  template <class KeyMaskT, class Store>
   void attend_rows(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) {
     const int H = spec.cache_heads, G = spec.group, dv = spec.value_dim;
     const int n_jobs = int(jobs.size());
@@ -101,7 +104,7 @@ class CpuSimd {
     std::vector<int> chunk_len(std::size_t{0} + std::size_t(n_jobs));
     std::vector<int> first_unit(std::size_t(n_jobs) + 1, 0), first_task(std::size_t(n_jobs) + 1, 0);
     for (int j = 0; j < n_jobs; ++j) {
-      const int visible = jobs[std::size_t(j)].visible;
+      const int visible = KeyMaskT::range(jobs[std::size_t(j)]).size();
       const int splits = std::clamp((visible + kMinChunk - 1) / kMinChunk, 1, wanted_splits);
       chunk_len[std::size_t(j)] = std::max(1, (visible + splits - 1) / splits);
       const int chunks = std::max(1, (visible + chunk_len[std::size_t(j)] - 1) / chunk_len[std::size_t(j)]);
@@ -120,15 +123,16 @@ class CpuSimd {
       const QueryJob& job = jobs[std::size_t(j)];
       const int local = task - first_task[std::size_t(j)];
       const int h0 = local % head_blocks * heads_per_task, chunk = local / head_blocks;
-      const int begin = chunk * chunk_len[std::size_t(j)];
-      const int end = std::min(job.visible, begin + chunk_len[std::size_t(j)]);
+      const KeyRange keys = KeyMaskT::range(job);
+      const int begin = keys.first + chunk * chunk_len[std::size_t(j)];
+      const int end = std::min(keys.end, begin + chunk_len[std::size_t(j)]);
       const std::size_t unit = std::size_t(first_unit[std::size_t(j)] + chunk * H + h0);
       thread_local std::vector<float> q, scores;
       q.resize(std::size_t(heads_per_task) * G * spec.key_dim);
       scores.resize(std::size_t(G) * cpu::kTile);
       const float* q_heads = job.query + std::ptrdiff_t(h0) * G * spec.key_dim;
       for (std::size_t i = 0; i < q.size(); ++i) q[i] = q_heads[i] * spec.scale;  // fold the scale into q once
-      cpu::attend_chunk<Arch>(store, spec, job.seq, h0, heads_per_task, begin, end, q.data(),
+      cpu::attend_chunk<Arch, KeyMaskT>(store, spec, job, h0, heads_per_task, begin, end, q.data(),
                               {states_.data() + unit * G, acc_.data() + unit * G * dv}, scores.data());
     });
 

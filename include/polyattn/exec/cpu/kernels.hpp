@@ -15,6 +15,7 @@
 
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/core/attend.hpp"
+#include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/exec/cpu/decode_tile.hpp"
 
@@ -69,6 +70,40 @@ float exp_shifted_sum(float* s, int n, float m) {
   return xsimd::hadd(total);
 }
 
+/// Whether all n x dim elements of the rows are finite.
+template <class Arch, class T>
+bool all_finite(const T* rows, std::ptrdiff_t stride, int n, int dim) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  B zero(0.0f), z(0.0f);  // x * 0 is 0 for finite x, NaN for inf and NaN
+  float tail = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const T* row = rows + std::ptrdiff_t(j) * stride;
+    int c = 0;
+    for (; c + W <= dim; c += W) z += load_floats<Arch>(row + c) * zero;
+    for (; c < dim; ++c) tail += to_float(row[c]) * 0.0f;
+  }
+  return xsimd::all(z == zero) && tail == 0.0f;
+}
+
+/// acc[0 .. dim) += sum of w(0, j) row_j over the tokens j < n that seen(j) keeps, a run of
+/// consecutive kept tokens at a time: a token a row does not see has weight 0, but its value need
+/// not be finite (0 * inf is NaN), so it is not read at all. One query vector (weights at w).
+template <class Arch, class T, bool ByToken, class Seen>
+void accumulate_seen(const float* w, WeightIndex<ByToken> at, const T* rows, std::ptrdiff_t stride, int n, float* acc, int dim,
+                     Seen&& seen) {
+  for (int a = 0; a < n;) {
+    if (!seen(a)) {
+      ++a;
+      continue;
+    }
+    int b = a + 1;
+    while (b < n && seen(b)) ++b;
+    accumulate_weights<Arch>(w + at(0, a), at, 1, rows + std::ptrdiff_t(a) * stride, stride, b - a, acc, dim);
+    a = b;
+  }
+}
+
 /// Whether a token's heads follow one another in the store (Nhd); false for a view that does not say.
 template <class Store>
 constexpr bool heads_adjacent() {
@@ -86,17 +121,18 @@ struct ChunkResult {
 };
 
 /// Attends the `group` (pre-scaled) queries of each cache head h in [first_head, first_head +
-/// heads), q[h - first_head][group][key_dim], over tokens [begin, end) of `seq`, writing
+/// heads), q[h - first_head][group][key_dim], over tokens [begin, end) of job.seq (part of the
+/// job.s key range; a key mask that drops keys is asked for each of them), writing
 /// unnormalised partial results into `result`. `scores` is scratch of kTile * group floats.
 /// The heads are taken tile by tile, all of them before the next tile: when a token's heads are
 /// adjacent (Nhd) the tile's rows are then read from memory once, front to back, for all heads,
 /// instead of one strided pass per head.
 /// Score semantics: a tile whose scores are all -inf for a head adds nothing to it (no
 /// exp(-inf - -inf)); a head that never sees a finite score keeps sum 0 (its output is 0).
-template <class Arch, class Store>
-void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int first_head, int heads, int begin, int end,
+template <class Arch, class KeyMaskT = PrefixMask, class Store>
+void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& job, int first_head, int heads, int begin, int end,
                   const float* q, ChunkResult result, float* scores) {
-  const int G = spec.group, dv = spec.value_dim;
+  const int G = spec.group, dv = spec.value_dim, seq = job.seq;
   std::fill_n(result.states, std::ptrdiff_t(heads) * G, SoftmaxState<float>{});
   std::fill_n(result.acc, std::ptrdiff_t(heads) * G * dv, 0.0f);
   // The part of a key row a tile reads: the group's key span, and the values when they live there.
@@ -126,6 +162,13 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int first
       SoftmaxState<float>* states = result.states + std::ptrdiff_t(h) * G;
       float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
       score_tile<Arch>(q + std::ptrdiff_t(h) * G * spec.key_dim, G, tile, scores);
+      bool dropped = false;  // some token of the tile the mask drops: its score is -inf
+      if constexpr (KeyMaskT::drops_keys)
+        for (int j = 0; j < n; ++j)
+          if (!KeyMaskT::keeps(job, t + j)) {
+            dropped = true;
+            for (int g = 0; g < G; ++g) scores[g * kTile + j] = kNegativeInfinity<float>;
+          }
       for (int g = 0; g < G; ++g) {
         float* s = scores + g * kTile;
         const float factor = states[g].raise_max(bound_and_max<Arch>(s, n));
@@ -133,7 +176,14 @@ void attend_chunk(const Store& store, const AttendSpec& spec, int seq, int first
         if (factor != 1.0f) scale<Arch>(factor, acc + std::ptrdiff_t(g) * dv, dv);
         states[g].sum += exp_shifted_sum<Arch>(s, n, states[g].max);
       }
-      accumulate_tile<Arch>(scores, G, values.data + spec.value_offset, values.stride, n, acc, dv);
+      const auto* value_rows = values.data + spec.value_offset;
+      if (!dropped || all_finite<Arch>(value_rows, values.stride, n, dv)) {
+        accumulate_tile<Arch>(scores, G, value_rows, values.stride, n, acc, dv);
+      } else {
+        for (int g = 0; g < G; ++g)
+          accumulate_seen<Arch>(scores + g * kTile, WeightIndex<false>{}, value_rows, values.stride, n, acc + std::ptrdiff_t(g) * dv, dv,
+                                [&](int j) { return KeyMaskT::keeps(job, t + j); });
+      }
       // A head that has seen nothing keeps a zero accumulator: its -inf scores were not turned
       // into weights, so what accumulate_tile added for it is discarded here.
       for (int g = 0; g < G; ++g)

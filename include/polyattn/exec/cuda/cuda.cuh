@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "polyattn/core/attend.hpp"
+#include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/error.hpp"
 #include "polyattn/exec/cuda/cuda_error.cuh"
 #include "polyattn/exec/cuda/device_layout.hpp"
@@ -112,6 +113,9 @@ class Cuda {
   Kernel kernel() const { return kernel_; }
   /// GPU time of the last attend's kernels (attend_chunks + merge_chunks), without copies.
   double last_kernel_seconds() const { return last_kernel_seconds_; }
+  /// Token rows copied into the cache mirror since the executor was made (one count per token,
+  /// every cached tensor's row of it included): a fork on Paged<P> adds only its own pages' rows.
+  std::uint64_t rows_uploaded() const { return rows_uploaded_; }
   /// Device bytes held for the cache mirror.
   std::size_t mirror_bytes() const {
     std::size_t bytes = page_table_.size() * sizeof(int);
@@ -119,8 +123,13 @@ class Cuda {
     return bytes;
   }
 
-  template <class Store>
+  /// A key mask (core/key_mask.hpp) gives each job its tokens [first, end), which the kernels'
+  /// chunks cover; masks that drop keys inside that range are not supported here yet.
+  template <KeyMask KeyMaskT = PrefixMask, class Store>
   void attend(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) {
+    static_assert(!KeyMaskT::drops_keys,
+                  "polyattn: exec::Cuda takes key masks that give each row a range of tokens (PrefixMask, SlidingWindow), "
+                  "not masks that drop keys inside it (drops_keys): use a CPU executor");
     // The device reads the host's bits through a type device code converts to float.
     using Host = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
     using T = cuda::device_element_t<Host>;
@@ -134,7 +143,7 @@ class Cuda {
     try {
       bind<T>(store);
       sync<T>(store, spec, jobs);
-      run<T>(spec, jobs);
+      run<T, KeyMaskT>(spec, jobs);
     } catch (...) {
       cudaStreamSynchronize(stream_.get());  // no copy may still read the pinned buffers
       cudaGetLastError();
@@ -213,7 +222,10 @@ class Cuda {
       largest = std::max(largest, t.elements());
       smallest = std::min(smallest, t.elements());
     }
-    for (const cuda::RowRange& r : plan.rows) total += std::size_t(r.count) * row_elements;
+    for (const cuda::RowRange& r : plan.rows) {
+      total += std::size_t(r.count) * row_elements;
+      rows_uploaded_ += std::uint64_t(r.count);
+    }
     const std::size_t capacity = std::min(total, std::max(kStagingBytes / sizeof(T), largest));
     staging_.reserve(capacity * sizeof(T));
     staging_device_.reserve(capacity * sizeof(T));
@@ -249,7 +261,7 @@ class Cuda {
   }
 
   /// Uploads the queries, runs the kernels, downloads the outputs.
-  template <class T>
+  template <class T, class KeyMaskT>
   void run(const AttendSpec& spec, std::span<const QueryJob> jobs) {
     const int n = int(jobs.size()), query_heads = spec.query_heads();
     const std::size_t q_row = std::size_t(query_heads) * spec.key_dim, out_row = std::size_t(query_heads) * spec.value_dim;
@@ -260,9 +272,10 @@ class Cuda {
     int max_visible = 0;
     for (int j = 0; j < n; ++j) {
       const QueryJob& job = jobs[std::size_t(j)];
-      jobs_.data()[j] = {job.seq, job.visible};
+      const KeyRange keys = KeyMaskT::range(job);
+      jobs_.data()[j] = {job.seq, keys.first, std::max(keys.first, keys.end)};
       std::memcpy(queries_.data() + std::size_t(j) * q_row, job.query, q_row * sizeof(float));
-      max_visible = std::max(max_visible, job.visible);
+      max_visible = std::max(max_visible, keys.size());
     }
     // The tiled kernel where the call fits it (tile_plan.hpp), else the general one.
     const std::optional<cuda::TileShape> tiles =
@@ -346,6 +359,7 @@ class Cuda {
   cuda::Stream stream_;
   cuda::Event start_, stop_;
   double last_kernel_seconds_ = 0;
+  std::uint64_t rows_uploaded_ = 0;
 
   // The mirror: one buffer per cached tensor, laid out like the host store, and the page table.
   const void* bound_ = nullptr;

@@ -39,10 +39,12 @@ inline constexpr int kMergeSlots = kMaxValueDim / kMergeThreads;
 inline constexpr int kBlocksPerSm = 8;            // split target: about two waves of resident blocks
 inline constexpr int kMaxGridYZ = 65535;
 
-/// One query row as the device sees it: its sequence and how many tokens it attends to.
+/// One query row as the device sees it: its sequence and the tokens [first, end) it attends to
+/// (its key mask's range, core/key_mask.hpp; [0, visible) by default).
 struct DeviceJob {
   int seq;
-  int visible;
+  int first;
+  int end;
 };
 
 /// One staged cache row: token `token` of `seq` in `tensor`, all heads, at `offset` in staging.
@@ -60,7 +62,7 @@ struct ChunkParams {
   AttendSpec spec;
   const DeviceJob* jobs;
   const float* queries;         // (jobs, query_heads, key_dim)
-  int chunk_tokens;             // job j has ceil(visible_j / chunk_tokens) chunks
+  int chunk_tokens;             // job j has ceil((end_j - first_j) / chunk_tokens) chunks
   int max_chunks;
   SoftmaxState<float>* states;  // (jobs, query_heads, max_chunks)
   float* acc;                   // (jobs, query_heads, max_chunks, value_dim), unnormalised
@@ -136,7 +138,7 @@ __device__ __forceinline__ void softmax_tile(float* scores, int n, float& run_ma
 
 /// What one block of a decode kernel (attend_chunks, attend_tiles) works on. The grid is
 /// x = query job, y = cache head x group tile (of `group_tile` query heads), z = chunk of the
-/// job's visible tokens; the host sizes it from the same group tile (exec/cuda/cuda.cuh).
+/// job's tokens [first, end); the host sizes it from the same group tile (exec/cuda/cuda.cuh).
 struct BlockWork {
   int job, head, chunk;
   int g0, gn;            ///< the tile's first query head within the group, and how many it has
@@ -145,7 +147,7 @@ struct BlockWork {
   int begin, end;        ///< the chunk's tokens [begin, end); empty when past the job's last chunk
   std::int64_t first_out;  ///< partial-result slot of (job, first_head, chunk); + g * max_chunks for head g
 
-  __device__ bool empty() const { return begin >= jb.visible; }
+  __device__ bool empty() const { return begin >= jb.end; }
 
   /// The chunk's softmax state of each of the block's heads, from their shared-memory slots
   /// (threads tid < gn each write one).
@@ -171,8 +173,8 @@ __device__ __forceinline__ BlockWork block_work(const ChunkParams<T>& p, int gro
   w.gn = min(group_tile, s.group - w.g0);
   w.first_head = w.head * s.group + w.g0;
   w.jb = p.jobs[w.job];
-  w.begin = w.chunk * p.chunk_tokens;
-  w.end = min(w.jb.visible, w.begin + p.chunk_tokens);
+  w.begin = w.jb.first + w.chunk * p.chunk_tokens;
+  w.end = min(w.jb.end, w.begin + p.chunk_tokens);
   w.first_out = (std::int64_t(w.job) * s.cache_heads * s.group + w.first_head) * p.max_chunks + w.chunk;
   return w;
 }
@@ -294,7 +296,7 @@ template <class Acc>
 __global__ void __launch_bounds__(kMergeThreads) merge_chunks(MergeParams p) {
   const int job = blockIdx.x, qh = blockIdx.y, tid = threadIdx.x;
   const DeviceJob jb = p.jobs[job];
-  const int n_chunks = (jb.visible + p.chunk_tokens - 1) / p.chunk_tokens;
+  const int n_chunks = (max(0, jb.end - jb.first) + p.chunk_tokens - 1) / p.chunk_tokens;
   // This thread's columns: tid + k * kMergeThreads for k < count.
   const int count = tid < p.value_dim ? (p.value_dim - tid - 1) / kMergeThreads + 1 : 0;
   const std::int64_t first = (std::int64_t(job) * p.query_heads + qh) * p.max_chunks;

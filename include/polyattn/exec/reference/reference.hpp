@@ -1,6 +1,8 @@
 // The golden model: the attend primitive written as plainly as possible, accumulating in
 // double. Every other executor is tested against it; it is not meant to be fast. Two passes per
 // query head (scores and their max, then weights); the limits (-inf, overflow) as core/attend.hpp.
+// A key mask (core/key_mask.hpp) gives each row its tokens: a dropped token counts as a score of
+// -inf.
 #pragma once
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "polyattn/core/attend.hpp"
+#include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/online_softmax.hpp"
 
 namespace polyattn::exec {
@@ -19,23 +22,27 @@ struct Reference {
 
   explicit Reference(int /*threads*/ = 1) {}
 
-  template <class Store>
+  template <KeyMask KeyMaskT = PrefixMask, class Store>
   void attend(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) const {
     std::vector<double> scores;
     std::vector<double> acc(std::size_t(spec.value_dim));
     for (const QueryJob& job : jobs) {
-      scores.resize(std::size_t(job.visible));
+      const KeyRange keys = KeyMaskT::range(job);
+      scores.resize(std::size_t(keys.size()));
       for (int h = 0; h < spec.cache_heads; ++h)
         for (int g = 0; g < spec.group; ++g) {
           const int head = h * spec.group + g;
           const float* q = job.query + std::ptrdiff_t(head) * spec.key_dim;
           double max_score = kNegativeInfinity<double>;
-          for (int t = 0; t < job.visible; ++t) {
-            const auto* k = store.row(spec.key_tensor, job.seq, t, h) + spec.key_offset + g * spec.key_group_stride;
-            double dot = 0;
-            for (int i = 0; i < spec.key_dim; ++i) dot += double(q[i]) * double(k[i]);
-            const double score = bounded_score(dot * double(spec.scale));
-            scores[std::size_t(t)] = score;
+          for (int t = keys.first; t < keys.end; ++t) {
+            double score = kNegativeInfinity<double>;
+            if (!KeyMaskT::drops_keys || KeyMaskT::keeps(job, t)) {
+              const auto* k = store.row(spec.key_tensor, job.seq, t, h) + spec.key_offset + g * spec.key_group_stride;
+              double dot = 0;
+              for (int i = 0; i < spec.key_dim; ++i) dot += double(q[i]) * double(k[i]);
+              score = bounded_score(dot * double(spec.scale));
+            }
+            scores[std::size_t(t - keys.first)] = score;
             if (score > max_score || std::isnan(score)) max_score = score;  // a NaN stays, and shows in the output
           }
           float* out = job.out + std::ptrdiff_t(head) * spec.value_dim;
@@ -45,8 +52,9 @@ struct Reference {
           }
           double sum = 0;
           std::fill(acc.begin(), acc.end(), 0.0);
-          for (int t = 0; t < job.visible; ++t) {
-            const double p = std::exp(scores[std::size_t(t)] - max_score);
+          for (int t = keys.first; t < keys.end; ++t) {
+            if (KeyMaskT::drops_keys && !KeyMaskT::keeps(job, t)) continue;  // a dropped token's value is never read
+            const double p = std::exp(scores[std::size_t(t - keys.first)] - max_score);
             sum += p;
             const auto* v = store.row(spec.value_tensor, job.seq, t, h) + spec.value_offset;
             for (int i = 0; i < spec.value_dim; ++i) acc[std::size_t(i)] += p * double(v[i]);
