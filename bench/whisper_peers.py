@@ -11,8 +11,8 @@ Systems:
 - the polyattn CLI (`--pairs`, default mha/nhd+baseline and xcache/nhd+e-cache);
 - CTranslate2 (`ctranslate2` from PyPI) at float32 and int8, in a child Python process that loads
   the model, computes the log-mel in numpy (bench/whisper_vs_ctranslate2.py) and decodes;
-- whisper.cpp's whisper-cli (--whisper-cpp; bench/build_whisper_cpp.sh builds it from source and
-  writes its ggml file from the same weights), when it is built: greedy (-bs 1), no temperature
+- whisper.cpp's whisper-cli, when --whisper-cpp names one you built (v1.8 or later), on the ggml
+  file bench/ggml_peer_model.sh writes from the same weights: greedy (-bs 1), no temperature
   fallback (-nf), no timestamps (-nt), its default flash attention. Its text is compared, not
   its tokens (the CLI prints no ids without token timestamps, which cost time).
 
@@ -182,8 +182,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--beam-size", type=int, default=1, help="both systems (1: greedy)")
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--whisper-cpp", default=os.path.join(REPO, "build", "peers", "whisper.cpp", "bin", "whisper-cli"),
-                    help="whisper.cpp's CLI (bench/build_whisper_cpp.sh); skipped with a note when absent")
+    ap.add_argument("--whisper-cpp", default="",
+                    help="a whisper.cpp whisper-cli you built (v1.8 or later); skipped with a note when absent")
     ap.add_argument("--ggml", default=os.path.join(REPO, "build", "peers", "ggml-tiny.en-ct2.bin"),
                     help="the ggml file of the same weights (bench/ct2_to_ggml.py)")
     ap.add_argument("--json", default=os.path.join(REPO, "build", "whisper_peers.json"))
@@ -208,7 +208,7 @@ def main():
     if os.access(args.whisper_cpp, os.X_OK) and os.path.exists(args.ggml):
         systems.append(("whisper.cpp f16", lambda c: whisper_cpp_run(args, c)))
     else:
-        print(f"note: whisper.cpp not run ({args.whisper_cpp} or {args.ggml} missing: bash bench/build_whisper_cpp.sh)",
+        print(f"note: whisper.cpp not run ({args.whisper_cpp} or {args.ggml} missing: pass --whisper-cpp PATH and run bash bench/ggml_peer_model.sh)",
               file=sys.stderr)
 
     results = {}
