@@ -51,7 +51,8 @@ struct AttendSpec {
 
 /// One query row: `query` is (cache_heads * group, key_dim) row-major, query head
 /// h * group + g reading cache head h; `out` is (cache_heads * group, value_dim).
-/// It attends to tokens [0, visible) of sequence `seq`.
+/// It attends to tokens [0, visible) of sequence `seq`, or the part of them that the executor's
+/// key mask leaves it (core/key_mask.hpp: a sliding window, MTLA's stride mask).
 struct QueryJob {
   int seq = 0;
   int visible = 0;
