@@ -122,7 +122,7 @@ struct ChunkResult {
 
 /// Attends the `group` (pre-scaled) queries of each cache head h in [first_head, first_head +
 /// heads), q[h - first_head][group][key_dim], over tokens [begin, end) of job.seq (part of the
-/// job.s key range; a key mask that drops keys is asked for each of them), writing
+/// job's key range; a key mask that drops keys is asked for each of them), writing
 /// unnormalised partial results into `result`. `scores` is scratch of kTile * group floats.
 /// The heads are taken tile by tile, all of them before the next tile: when a token's heads are
 /// adjacent (Nhd) the tile's rows are then read from memory once, front to back, for all heads,
