@@ -58,7 +58,11 @@ class CpuSimd {
     single_.clear();
     for_each_sequence_run(jobs, [&](std::size_t first, std::size_t count) {
       if (count >= std::size_t(kMinBlockRows)) {
-        const std::size_t rows = std::size_t(cpu::block_rows<Arch>(spec));
+        // Whether the run's rows see the same keys, judged by its first and last rows: it only
+        // sizes the blocks (block_rows), each block is exact whatever its rows see.
+        const KeyRange front = KeyMaskT::range(jobs[first]), back = KeyMaskT::range(jobs[first + count - 1]);
+        const bool uniform = front.first == back.first && front.end == back.end;
+        const std::size_t rows = std::size_t(cpu::block_rows<Arch>(spec, uniform, int(count)));
         for (std::size_t b = 0; b < count; b += rows) blocks_.push_back(jobs.subspan(first + b, std::min(count - b, rows)));
       } else {
         single_.insert(single_.end(), jobs.begin() + std::ptrdiff_t(first), jobs.begin() + std::ptrdiff_t(first + count));
