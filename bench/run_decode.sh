@@ -7,4 +7,4 @@ bash .ci/setup
 cmake --workflow --preset bench
 out=build/bench/decode.json
 build/bench/bench/bench_decode --benchmark_out="$out" --benchmark_out_format=json "$@"
-python3 bench/decode_table.py "$out"
+python3 bench/tables/decode_table.py "$out"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Batched Whisper decoding with the CLI: batch 1, 16 and 64 for the cross-cache options and the
-# smallest exact self caches, then a Markdown table (bench/whisper_batch_table.py) with each
+# smallest exact self caches, then a Markdown table (bench/tables/whisper_batch_table.py) with each
 # option's cross cache bytes and decode tokens/s against mha/nhd + baseline at the same batch.
 #   bench/whisper_batch.sh [log dir]        (run from anywhere; paths are from the repo root)
 # Environment: WHISPER (CLI, default build/release/examples/whisper/whisper), MODEL (default
@@ -53,4 +53,4 @@ for n in $batches; do
 done
 done
 echo "logs: $logs" >&2
-python3 bench/whisper_batch_table.py "$logs"/b*.log
+python3 bench/tables/whisper_batch_table.py "$logs"/b*.log
