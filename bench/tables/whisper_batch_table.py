@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Markdown tables from the whisper CLI's stderr logs written by bench/whisper_batch.sh: per
+"""Markdown tables from the whisper CLI's stderr logs written by bench/whisper/whisper_batch.sh: per
 beam size, batch and policy pair, encode/decode time, decode tokens/s (all decoder work, and the decode
 steps alone, without opening windows and prefill), self and cross cache bytes, and the ratios
 against mha/nhd + baseline at the same beam size and batch (cache bytes held, tokens/s); with beams,

@@ -11,11 +11,11 @@ value is the CT2 value converted exactly (float16 -> float16, float16 -> float32
 attention projections; they are split back into PyTorch's query/key/value (CT2's key bias must be
 zero: Whisper's key has none) and cross-attention's key/value. CT2 does not store the encoder's
 sinusoids; they are computed as openai-whisper's `sinusoids` does. The mel filters are librosa's
-slaney filters (bench/whisper_vs_ctranslate2.py, cross-checked against ../shared when present);
+slaney filters (bench/whisper/whisper_vs_ctranslate2.py, cross-checked against ../shared when present);
 the vocabulary is the GPT-2 byte-level tokens below the first special token, as raw bytes.
 
 Check the result with polyattn's loader: `whisper --model OUT.bin --audio ...` must give the
-tokens of `--model MODEL_DIR` (bench/whisper_cpp_peer.sh does). Exit 2 on bad input.
+tokens of `--model MODEL_DIR` (bench/whisper/ggml_peer_model.sh does). Exit 2 on bad input.
 """
 
 import os

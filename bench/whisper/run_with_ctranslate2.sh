@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs a CTranslate2 comparison script (bench/whisper_vs_ctranslate2.py, bench/whisper_peers.py)
-# with its arguments: makes (once) the virtual environment build/venv-ctranslate2 with ctranslate2
+# Runs a CTranslate2 comparison script (bench/whisper/whisper_vs_ctranslate2.py,
+# bench/whisper/whisper_peers.py) with its arguments: makes (once) the virtual environment build/venv-ctranslate2 with ctranslate2
 # and numpy from PyPI and builds the `whisper` CLI when it is missing. Exit 3 when CTranslate2
 # cannot be installed; the scripts' own exit codes otherwise.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 script=$1
 shift
 venv=build/venv-ctranslate2

@@ -2,12 +2,12 @@
 # Batched Whisper decoding with the CLI: batch 1, 16 and 64 for the cross-cache options and the
 # smallest exact self caches, then a Markdown table (bench/tables/whisper_batch_table.py) with each
 # option's cross cache bytes and decode tokens/s against mha/nhd + baseline at the same batch.
-#   bench/whisper_batch.sh [log dir]        (run from anywhere; paths are from the repo root)
+#   bench/whisper/whisper_batch.sh [log dir]        (run from anywhere; paths are from the repo root)
 # Environment: WHISPER (CLI, default build/release/examples/whisper/whisper), MODEL (default
 # models/tiny.en), DATA (holds jfk.wav, default ../shared/data), BATCHES (default "1 16 64"),
 # THREADS (default 2), BEAMS (beam sizes, default "1"), POLICIES (space-separated self+cross pairs,
 # default below; "all": every pair `whisper --list-policies` names).
-#   BEAMS="5 8" BATCHES="1 16" POLICIES=all bench/whisper_batch.sh   the beam memory table of
+#   BEAMS="5 8" BATCHES="1 16" POLICIES=all bench/whisper/whisper_batch.sh   the beam memory table of
 #   examples/whisper/README.md ("Beam search"): the beams of a window share its cross cache, and
 #   on Paged<16> the pages of their common tokens.
 #
@@ -17,7 +17,7 @@
 # runs once per window (~0.35 s each on an idle 2-core machine), so batch 64 spends ~20 s
 # encoding per policy; the figure of interest is the decode time, which the CLI reports apart.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 whisper=${WHISPER:-build/release/examples/whisper/whisper}
 model=${MODEL:-models/tiny.en}

@@ -10,7 +10,7 @@ beam size 5, timestamps, conditioning on the previous text and the default tempe
 faster-whisper without VAD. Reported: each transcript's word error rate against the spoken text,
 the WER between the two, and the mean |difference| of segment start times, pairing each
 faster-whisper segment with the polyattn segment that overlaps it most. Exit 0 when both ran.
-Run through bench/whisper_longform.sh, which makes the virtual environment.
+Run through bench/whisper/whisper_longform.sh, which makes the virtual environment.
 """
 
 import argparse
@@ -25,7 +25,7 @@ import wave
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 SHARED = os.path.join(REPO, "..", "shared", "data")
 
 SENTENCES = [

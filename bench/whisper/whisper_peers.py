@@ -10,9 +10,9 @@ polyattn's first pair, and polyattn's wall-time ratio to the peer.
 Systems:
 - the polyattn CLI (`--pairs`, default mha/nhd+baseline and xcache/nhd+e-cache);
 - CTranslate2 (`ctranslate2` from PyPI) at float32 and int8, in a child Python process that loads
-  the model, computes the log-mel in numpy (bench/whisper_vs_ctranslate2.py) and decodes;
+  the model, computes the log-mel in numpy (bench/whisper/whisper_vs_ctranslate2.py) and decodes;
 - whisper.cpp's whisper-cli, when --whisper-cpp names one you built (v1.8 or later), on the ggml
-  file bench/ggml_peer_model.sh writes from the same weights: greedy (-bs 1), no temperature
+  file bench/whisper/ggml_peer_model.sh writes from the same weights: greedy (-bs 1), no temperature
   fallback (-nf), no timestamps (-nt), its default flash attention. Its text is compared, not
   its tokens (the CLI prints no ids without token timestamps, which cost time).
 
@@ -25,7 +25,7 @@ Clips: ../shared/data/jfk.wav (11 s); jfk.wav six times with 1 s of silence betw
 written under build/); a batch of 16 jfk.wav (polyattn: one process decoding them as one batch;
 CTranslate2: one process decoding them one after another).
 
-Run through bench/whisper_peers.sh, which makes the virtual environment. Exit 3 when CTranslate2
+Run through bench/whisper/whisper_peers.sh, which makes the virtual environment. Exit 3 when CTranslate2
 cannot run, 4 when the polyattn CLI fails, 2 on bad arguments.
 """
 
@@ -43,7 +43,7 @@ import wave
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 SHARED = os.path.join(REPO, "..", "shared", "data")
 EXIT_USAGE, EXIT_CT2, EXIT_POLYATTN, EXIT_WHISPER_CPP = 2, 3, 4, 5
 PROMPT = [50257, 50362]  # <|startoftranscript|><|notimestamps|> (tiny.en ids)
@@ -185,7 +185,7 @@ def main():
     ap.add_argument("--whisper-cpp", default="",
                     help="a whisper.cpp whisper-cli you built (v1.8 or later); skipped with a note when absent")
     ap.add_argument("--ggml", default=os.path.join(REPO, "build", "peers", "ggml-tiny.en-ct2.bin"),
-                    help="the ggml file of the same weights (bench/ct2_to_ggml.py)")
+                    help="the ggml file of the same weights (bench/whisper/ct2_to_ggml.py)")
     ap.add_argument("--json", default=os.path.join(REPO, "build", "whisper_peers.json"))
     ap.add_argument("--ct2-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--compute-type", default="float32", help=argparse.SUPPRESS)
@@ -208,7 +208,7 @@ def main():
     if os.access(args.whisper_cpp, os.X_OK) and os.path.exists(args.ggml):
         systems.append(("whisper.cpp f16", lambda c: whisper_cpp_run(args, c)))
     else:
-        print(f"note: whisper.cpp not run ({args.whisper_cpp} or {args.ggml} missing: pass --whisper-cpp PATH and run bash bench/ggml_peer_model.sh)",
+        print(f"note: whisper.cpp not run ({args.whisper_cpp} or {args.ggml} missing: pass --whisper-cpp PATH and run bash bench/whisper/ggml_peer_model.sh)",
               file=sys.stderr)
 
     results = {}

@@ -11,7 +11,7 @@ decode tokens/s, total time, peak memory and the end-to-end ratio polyattn / CTr
 Exit codes: 0 exact policies match CTranslate2; 1 an exact policy's tokens differ (policies
 whose --self name starts with "mla" approximate attention and are only reported);
 3 CTranslate2 cannot be imported or run; 4 the polyattn CLI is missing or fails; 2 usage.
-Run through bench/whisper_vs_ctranslate2.sh, which makes the virtual environment.
+Run through bench/whisper/whisper_vs_ctranslate2.sh, which makes the virtual environment.
 """
 
 import argparse
@@ -28,7 +28,7 @@ import numpy as np
 
 EXIT_MISMATCH, EXIT_USAGE, EXIT_CT2, EXIT_POLYATTN = 1, 2, 3, 4
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 SHARED = os.path.join(REPO, "..", "shared", "data")
 
 SAMPLE_RATE, N_FFT, HOP, N_SAMPLES = 16000, 400, 160, 480000  # 30 s windows
@@ -114,7 +114,7 @@ def run_ctranslate2(args, audios, filters):
     try:
         import ctranslate2
     except Exception as e:  # noqa: BLE001 - any import failure means the peer is unavailable
-        print(f"error: cannot import ctranslate2 ({e}); run bench/whisper_vs_ctranslate2.sh", file=sys.stderr)
+        print(f"error: cannot import ctranslate2 ({e}); run bench/whisper/whisper_vs_ctranslate2.sh", file=sys.stderr)
         sys.exit(EXIT_CT2)
     try:
         model = ctranslate2.models.Whisper(args.model, device="cpu", compute_type="float32",

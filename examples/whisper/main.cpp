@@ -271,7 +271,7 @@ int main(int argc, char** argv) {
       std::printf("%s:%s\n", paths[f].c_str(), t.text.c_str());
       for (const std::string& format : formats)
         std::fprintf(stderr, "  wrote %s\n", pw::write_transcript(t, format, output_dir, paths[f]).c_str());
-      if (print_tokens) {  // ids for comparing decoders token by token (bench/whisper_vs_ctranslate2.py)
+      if (print_tokens) {  // ids for comparing decoders token by token (bench/whisper/whisper_vs_ctranslate2.py)
         std::printf("%s:tokens:", paths[f].c_str());
         for (const int id : t.tokens) std::printf(" %d", id);
         std::printf("\n");

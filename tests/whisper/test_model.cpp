@@ -95,7 +95,7 @@ TEST_SUITE("model") {
         else MESSAGE(Ps::name() << ": \"" << got.text << "\"");
       }());
     }(whisper_test::RealModelCombinations{}, model, jfk.front(), peer);
-    // CTranslate2's generate(beam_size=5) gives the same tokens on jfk.wav (bench/whisper_vs_ctranslate2.sh
+    // CTranslate2's generate(beam_size=5) gives the same tokens on jfk.wav (bench/whisper/whisper_vs_ctranslate2.sh
     // --beam-size 5); beams that differ from greedy decoding are checked on espeak-ng speech
     // (test_policies.cpp). Paged<16>: the beams share their prompt's pages. Under the sanitizers the
     // long-form case below decodes jfk.wav with the same policy and beam size instead.
@@ -452,7 +452,7 @@ TEST_SUITE("longform") {
     const Transcription r = model.transcribe<combination::MhaPaged>(std::span<const std::vector<float>>(jfk), opt);
     const Transcript& t = r.files.front();
     // faster-whisper 1.2.1 (CTranslate2 4.8.5, float32), transcribe(beam_size=5, vad_filter=False) on
-    // the same weights: bench/whisper_longform.sh prints the same for its clip.
+    // the same weights: bench/whisper/whisper_longform.sh prints the same for its clip.
     REQUIRE(t.segments.size() == 2);
     CHECK(t.segments[0].tokens == std::vector<int>{50363, 843, 523, 11, 616, 5891, 3399, 1265, 407, 644, 534, 1499, 460, 466, 329, 345, 50763});
     CHECK(t.segments[1].tokens == std::vector<int>{50763, 1265, 644, 345, 460, 466, 329, 534, 1499, 13, 50913});

@@ -153,7 +153,7 @@ TEST_SUITE("espeak") {
         "Every new token reads the whole cache of keys and values.",
     };
     // CTranslate2 4.8.5, generate(beam_size=5) on the same tiny.en weights, each sentence
-    // resampled to 16 kHz with libsoxr HQ (python-soxr): bench/whisper_vs_ctranslate2.sh --beam-size 5
+    // resampled to 16 kHz with libsoxr HQ (python-soxr): bench/whisper/whisper_vs_ctranslate2.sh --beam-size 5
     // on those files (the command is in examples/whisper/README.md, "Beam search").
     std::vector<std::vector<int>> peer = {
         {11436, 284, 2666, 340, 284, 790, 39938, 2239, 13},
