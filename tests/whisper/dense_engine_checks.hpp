@@ -91,6 +91,10 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
     CHECK(f16.is_half());
     CHECK(f16.bytes() * 2 == f32.bytes());
     const int threads = Eigen::nbThreads();
+    // A StoredLinear holds its own copy of the weight (a float32 copy is a new buffer): it lives
+    // as long as the engine, since a device engine keeps its copy by host address (dense.hpp)
+    // and refuses a different weight found at an address it knows.
+    const StoredLinear linear32{f32, bias}, linear16{f16, bias};
     for (const WeightMatrix* e : {&f32, &f16}) {
       INFO((e->is_half() ? "float16" : "float32"));
       const RowMatrixXf& exact = e->as_float();  // every float16 value is exact in float
@@ -106,8 +110,7 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
         check_affine_bound(out.middleCols(2, values.rows()), x, exact, nullptr);
         CHECK(out.leftCols(2).array().isNaN().all());
         CHECK(out.rightCols(5).array().isNaN().all());
-        const StoredLinear l{*e, bias};
-        check_affine_bound(engine.linear(x, l), x, exact, &bias);
+        check_affine_bound(engine.linear(x, e->is_half() ? linear16 : linear32), x, exact, &bias);
         if (rows <= polyattn::whisper::kPanelRows) {
           // The thread count changes who multiplies a panel, never its sums (a tall x's panels
           // follow the thread count, and Eigen may block a product of another width otherwise).
