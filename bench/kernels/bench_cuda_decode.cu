@@ -4,8 +4,10 @@
 //   12 heads x 64:  MHA and Whisper-MLA (Whisper small: latent 96 + 4 kept key dims per head)
 //   16-bit caches (Eigen::half, and bfloat16 for MHA) of MHA, SlimK2 and both MLAs at the same
 //   shapes: half the bytes of their fp32 rows, read as __half / __nv_bfloat16, accumulated in fp32
-// plus the general kernel (exec::Cuda::Kernel::general) beside the tiled one at L = 16384, and a
-// cache-layout comparison at one shape. A step is one query per sequence over its whole
+//   Hnd (head-major rows) beside Nhd for MHA and SlimK2 (fp32) and MHA (half): whether the
+//   token-major layout's strided rows cost bandwidth
+// plus the general kernel (exec::Cuda::Kernel::general) beside the tiled one at L = 16384, and
+// Paged<16> at one shape. A step is one query per sequence over its whole
 // cache (attend), so it reads batch * L * bytes-per-token of cache. Counters:
 //   GB_per_s         cache bytes / wall time of the call (host hooks, queries up, outputs down)
 //   kernel_GB_per_s  cache bytes / GPU time of the attention kernels alone
@@ -186,7 +188,11 @@ BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd>)->Apply(DeepSeekShapes);
 BENCHMARK(BM_CudaDecode<DeepSeekMla, polyattn::Nhd>)->Apply(DeepSeekShapes);
 BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd>)->Apply(WhisperSmallShapes);
 BENCHMARK(BM_CudaDecode<WhisperMla, polyattn::Nhd>)->Apply(WhisperSmallShapes);
+// Head-major rows (each block streams one contiguous range) beside the token-major ones above.
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Hnd>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::SlimK2, polyattn::Hnd>)->Apply(DecodeShapes);
 BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd, Eigen::half>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Hnd, Eigen::half>)->Apply(DecodeShapes);
 BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd, Eigen::bfloat16>)->Apply(DecodeShapes);
 BENCHMARK(BM_CudaDecode<polyattn::SlimK2, polyattn::Nhd, Eigen::half>)->Apply(DecodeShapes);
 BENCHMARK(BM_CudaDecode<DeepSeekMla, polyattn::Nhd, Eigen::half>)->Apply(DeepSeekShapes);
