@@ -201,7 +201,6 @@ constexpr auto kGeneral = polyattn::exec::Cuda::Kernel::general;
 BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd, float, kGeneral>)->Apply(GeneralDecodeShapes);
 BENCHMARK(BM_CudaDecode<polyattn::SlimK2, polyattn::Nhd, float, kGeneral>)->Apply(GeneralDecodeShapes);
 BENCHMARK(BM_CudaDecode<DeepSeekMla, polyattn::Nhd, float, kGeneral>)->Apply(GeneralDeepSeekShapes);
-BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Hnd>)->Apply(LayoutShape);
 BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Paged<16>>)->Apply(LayoutShape);
 
 BENCHMARK_MAIN();
