@@ -27,6 +27,7 @@ struct KeyRange {
   int first = 0;
   int end = 0;
   POLYATTN_HOST_DEVICE constexpr int size() const { return end > first ? end - first : 0; }
+  constexpr bool operator==(const KeyRange&) const = default;
 };
 
 template <class M>

@@ -60,8 +60,7 @@ class CpuSimd {
       if (count >= std::size_t(kMinBlockRows)) {
         // Whether the run's rows see the same keys, judged by its first and last rows: it only
         // sizes the blocks (block_rows), each block is exact whatever its rows see.
-        const KeyRange front = KeyMaskT::range(jobs[first]), back = KeyMaskT::range(jobs[first + count - 1]);
-        const bool uniform = front.first == back.first && front.end == back.end;
+        const bool uniform = KeyMaskT::range(jobs[first]) == KeyMaskT::range(jobs[first + count - 1]);
         const std::size_t rows = std::size_t(cpu::block_rows<Arch>(spec, uniform, int(count)));
         for (std::size_t b = 0; b < count; b += rows) blocks_.push_back(jobs.subspan(first + b, std::min(count - b, rows)));
       } else {
