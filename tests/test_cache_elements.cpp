@@ -9,10 +9,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <type_traits>
 
 #include <polyattn/attention.hpp>
 #include <polyattn/cache/contiguous.hpp>
 #include <polyattn/cache/paged.hpp>
+#include <polyattn/core/row_codec.hpp>
 #include <polyattn/exec/reference/reference.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 
@@ -81,4 +86,51 @@ TEST_CASE_TEMPLATE("a double cache runs on the Reference executor and equals the
   for (Eigen::Index t = 9; t < in.q.rows(); ++t)
     expected.row(t) = dense_attention(in.q.row(t), k.topRows(t + 1), v.topRows(t + 1), 4, 2, false, 0);
   CHECK(max_abs_diff(y, expected) <= (2 * std::sqrt(8.0) + 2) * 0x1p-24);
+}
+
+// The row codec (core/row_codec.hpp), which every variant writes through and every executor's
+// scalar reads decode through. With u the unit roundoff, 1 + u lies halfway between 1 and 1 + 2u
+// and rounds to the even 1; 1 + 3u lies halfway between 1 + 2u and 1 + 4u and rounds to the even
+// 1 + 4u; 1 + 1.5u rounds up to 1 + 2u. Every encoded value decodes to itself exactly.
+TEST_CASE_TEMPLATE("the row codec rounds to nearest even once and decodes exactly", T, Eigen::half, Eigen::bfloat16) {
+  const double u = unit_roundoff<T>();
+  const float src[] = {1.0f, float(1 + u), float(1 + 3 * u), float(1 + 1.5 * u), -0.0f, std::numeric_limits<float>::infinity()};
+  const float expected[] = {1.0f, 1.0f, float(1 + 4 * u), float(1 + 2 * u), -0.0f, std::numeric_limits<float>::infinity()};
+  constexpr int n = int(std::size(src));
+  T row[n];
+  encode_row(row, src, n);
+  float decoded[n];
+  decode_row(decoded, row, n);
+  for (int i = 0; i < n; ++i) {
+    CAPTURE(i);
+    CHECK(decode_element(row[i]) == expected[i]);
+    CHECK(decoded[i] == expected[i]);
+    CHECK(std::signbit(decode_element(row[i])) == std::signbit(expected[i]));
+    CHECK(Eigen::numext::bit_cast<std::uint16_t>(T(decode_element(row[i]))) == Eigen::numext::bit_cast<std::uint16_t>(row[i]));
+  }
+  T nan_row[1];
+  const float nan[] = {std::numeric_limits<float>::quiet_NaN()};
+  encode_row(nan_row, nan, 1);
+  CHECK(std::isnan(decode_element(nan_row[0])));
+  // MTLA encodes its merged row from a double sum: the codec narrows it through float (as Eigen
+  // does), so a double just above the halfway point 1 + u first becomes the tie 1 + u in float,
+  // then rounds to the even 1, not up to 1 + 2u. Within u of the value either way.
+  const double above_tie[] = {1 + u + 0x1p-40};
+  encode_row(row, above_tie, 1);
+  CHECK(decode_element(row[0]) == 1.0f);
+}
+
+TEST_CASE("the row codec copies float rows bit for bit, and a double cache decodes to double") {
+  const float src[] = {1.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(), 0x1p-149f};
+  float row[4];
+  encode_row(row, src, 4);
+  CHECK(std::memcmp(row, src, sizeof(src)) == 0);
+  const double precise[] = {1 + 0x1p-40};
+  double wide[1];
+  encode_row(wide, precise, 1);
+  static_assert(std::is_same_v<decltype(decode_element(wide[0])), double>);
+  CHECK(decode_element(wide[0]) == precise[0]);
+  float narrow[1];
+  encode_row(narrow, precise, 1);
+  CHECK(decode_element(narrow[0]) == 1.0f);
 }

@@ -13,6 +13,7 @@
 
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/matrix.hpp"
+#include "polyattn/core/row_codec.hpp"
 #include "polyattn/core/shape.hpp"
 
 namespace polyattn {
@@ -21,14 +22,13 @@ namespace polyattn {
 /// adjacent within a row, whatever the layout.
 template <class Store>
 void gather_rows(const Store& store, int tensor, int seq, int n, RowMatrixXf& dense) {
+  using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
+  static_assert(std::is_same_v<DecodedElement<T>, float>, "polyattn: gather_rows reads float and 16-bit caches into float rows");
   const TensorSpec spec = store.tensors()[std::size_t(tensor)];
   dense.resize(n, std::ptrdiff_t(spec.heads) * spec.dim);
   for (int t = 0; t < n; ++t)
-    for (int h = 0; h < spec.heads; ++h) {
-      const auto* src = store.row(tensor, seq, t, h);
-      float* dst = dense.row(t).data() + std::ptrdiff_t(h) * spec.dim;
-      for (int i = 0; i < spec.dim; ++i) dst[i] = float(src[i]);
-    }
+    for (int h = 0; h < spec.heads; ++h)
+      decode_row(dense.row(t).data() + std::ptrdiff_t(h) * spec.dim, store.row(tensor, seq, t, h), spec.dim);
 }
 
 /// The store as the executor sees it for one sequence, plus `N` derived tensors.

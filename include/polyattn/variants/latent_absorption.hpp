@@ -15,9 +15,7 @@
 #pragma once
 
 #include <cmath>
-#include <cstring>
 #include <string>
-#include <type_traits>
 
 #include <Eigen/Core>
 
@@ -137,15 +135,6 @@ struct LatentAbsorption {
           key_part.middleCols(rope ? 0 : std::ptrdiff_t(h) * KeyPartDim, KeyPartDim);
     }
     return e;
-  }
-
-  template <class T>
-  static void store_values(T* dst, const float* src, int n) {
-    if (n <= 0) return;
-    if constexpr (std::is_same_v<T, float>)
-      std::memcpy(dst, src, std::size_t(n) * sizeof(float));
-    else
-      for (int i = 0; i < n; ++i) dst[i] = T(src[i]);
   }
 };
 

@@ -8,12 +8,12 @@
 
 #include <cmath>
 #include <cstddef>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/matrix.hpp"
+#include "polyattn/core/row_codec.hpp"
 #include "polyattn/variants/variant.hpp"
 
 namespace polyattn {
@@ -78,18 +78,9 @@ struct SharedKvHeads : VariantBase {
     const int h_kv = kv_heads(s);
     for (int i = 0; i < n; ++i)
       for (int h = 0; h < h_kv; ++h) {
-        copy_row(store.row(0, seq, pos + i, h), r.k.row(first_row + i).data() + std::ptrdiff_t(h) * s.head_dim, s.head_dim);
-        copy_row(store.row(1, seq, pos + i, h), r.v.row(first_row + i).data() + std::ptrdiff_t(h) * s.head_dim, s.head_dim);
+        encode_row(store.row(0, seq, pos + i, h), r.k.row(first_row + i).data() + std::ptrdiff_t(h) * s.head_dim, s.head_dim);
+        encode_row(store.row(1, seq, pos + i, h), r.v.row(first_row + i).data() + std::ptrdiff_t(h) * s.head_dim, s.head_dim);
       }
-  }
-
- private:
-  template <class T>
-  static void copy_row(T* dst, const float* src, int n) {
-    if constexpr (std::is_same_v<T, float>)
-      std::memcpy(dst, src, std::size_t(n) * sizeof(float));
-    else
-      for (int i = 0; i < n; ++i) dst[i] = T(src[i]);
   }
 };
 

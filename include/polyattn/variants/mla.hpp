@@ -16,6 +16,7 @@
 
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/matrix.hpp"
+#include "polyattn/core/row_codec.hpp"
 #include "polyattn/variants/latent_absorption.hpp"
 #include "polyattn/variants/variant.hpp"
 
@@ -83,8 +84,8 @@ struct Mla : VariantBase {
   static void write_rows(Store& store, int seq, int pos, AttentionShape s, const Params&, const Rows& r, int first_row, int n) {
     for (int i = 0; i < n; ++i) {
       auto* row = store.row(0, seq, pos + i, 0);
-      Absorb::store_values(row, r.latent.row(first_row + i).data(), Rank);
-      Absorb::store_values(row + Rank, r.key_part.row(first_row + i).data(), key_part_width(s));
+      encode_row(row, r.latent.row(first_row + i).data(), Rank);
+      encode_row(row + Rank, r.key_part.row(first_row + i).data(), key_part_width(s));
     }
   }
 

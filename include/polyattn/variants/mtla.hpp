@@ -26,12 +26,12 @@
 #include <algorithm>
 #include <limits>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/matrix.hpp"
+#include "polyattn/core/row_codec.hpp"
 #include "polyattn/variants/latent_absorption.hpp"
 #include "polyattn/variants/variant.hpp"
 
@@ -190,12 +190,9 @@ struct Mtla : VariantBase {
       const int token = pos + i, slot = token / Stride;
       const double w = 1.0 / (1.0 + std::exp(-hp.row(slot - first_slot).dot(hc.row(i))));
       auto* row = store.row(0, seq, slot, 0);
-      using T = std::remove_cvref_t<decltype(*row)>;
-      for (int k = 0; k < Rank; ++k) {
-        open_row[k] = token % Stride == 0 ? w * c(i, k) : open_row[k] + w * c(i, k);
-        row[k] = T(open_row[k]);
-      }
-      Absorb::store_values(row + Rank, r.rope_key.row(first_row + i).data(), RopeDim);
+      for (int k = 0; k < Rank; ++k) open_row[k] = token % Stride == 0 ? w * c(i, k) : open_row[k] + w * c(i, k);
+      encode_row(row, open_row, Rank);  // the merged row, rounded once from its double sum
+      encode_row(row + Rank, r.rope_key.row(first_row + i).data(), RopeDim);
     }
   }
 

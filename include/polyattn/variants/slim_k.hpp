@@ -19,13 +19,13 @@
 
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/matrix.hpp"
+#include "polyattn/core/row_codec.hpp"
 #include "polyattn/core/rope.hpp"
 #include "polyattn/variants/derived_rows.hpp"
 #include "polyattn/variants/variant.hpp"
@@ -123,11 +123,8 @@ struct SlimK : VariantBase {
   template <class Store>
   static void write_rows(Store& store, int seq, int pos, AttentionShape s, const Params& p, const Rows& r, int first_row, int n) {
     for (const TensorSpec t = cache_tensors(s, p)[0]; n > 0; --n, ++pos, ++first_row)
-      for (int h = 0; h < t.heads; ++h) {
-        auto* dst = store.row(0, seq, pos, h);
-        const float* src = r.k.row(first_row).data() + std::ptrdiff_t(h) * t.dim;
-        for (int i = 0; i < t.dim; ++i) dst[i] = std::remove_reference_t<decltype(*dst)>(src[i]);
-      }
+      for (int h = 0; h < t.heads; ++h)
+        encode_row(store.row(0, seq, pos, h), r.k.row(first_row).data() + std::ptrdiff_t(h) * t.dim, t.dim);
   }
 
   // Option 2: out_i = attended_i W_kv,i, attended_i = p_i K of width e.

@@ -22,6 +22,7 @@
 
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/matrix.hpp"
+#include "polyattn/core/row_codec.hpp"
 #include "polyattn/variants/variant.hpp"
 
 namespace polyattn {
@@ -91,12 +92,7 @@ struct XCache : VariantBase {
 
   template <class Store>
   static void write_rows(Store& store, int seq, int pos, AttentionShape s, const Params&, const Rows& r, int first_row, int n) {
-    const int d = s.input_width();
-    for (int i = 0; i < n; ++i) {
-      auto* dst = store.row(0, seq, pos + i, 0);
-      const float* src = r.x.row(first_row + i).data();
-      for (int c = 0; c < d; ++c) dst[c] = std::remove_reference_t<decltype(*dst)>(src[c]);
-    }
+    for (int i = 0; i < n; ++i) encode_row(store.row(0, seq, pos + i, 0), r.x.row(first_row + i).data(), s.input_width());
   }
 
   static constexpr bool transforms_queries = true;

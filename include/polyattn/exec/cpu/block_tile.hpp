@@ -35,7 +35,7 @@ void score_keys(const T* keys, std::ptrdiff_t key_stride, int dim, const float* 
     B q[NC];
     for (int v = 0; v < NC; ++v) q[v] = B::load_unaligned(qt + std::ptrdiff_t(d) * qt_stride + c + v * W);
     for (int r = 0; r < NR; ++r) {
-      const B k(to_float(keys[r * key_stride + d]));
+      const B k(decode_element(keys[r * key_stride + d]));
       for (int v = 0; v < NC; ++v) acc[r][v] = xsimd::fma(k, q[v], acc[r][v]);
     }
   }

@@ -148,7 +148,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
         for (int g = 0; g < NG; ++g) {
           const T* kg = k + (SharedKey ? 0 : g * keys.group_stride);
           float tail = 0.0f;
-          for (int c = dim_vec; c < keys.dim; ++c) tail += q[g * q_stride + c] * to_float(kg[c]);
+          for (int c = dim_vec; c < keys.dim; ++c) tail += q[g * q_stride + c] * decode_element(kg[c]);
           scores[g * kTile + j0 + jj] += tail;
         }
       }
@@ -234,7 +234,7 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T*
   for (; c < dim; ++c)  // columns past the last full vector
     for (int g = 0; g < m; ++g) {
       float a = acc[std::ptrdiff_t(g) * dim + c];
-      for (int j = 0; j < n; ++j) a += w[at(g, j)] * to_float(rows[std::ptrdiff_t(j) * stride + c]);
+      for (int j = 0; j < n; ++j) a += w[at(g, j)] * decode_element(rows[std::ptrdiff_t(j) * stride + c]);
       acc[std::ptrdiff_t(g) * dim + c] = a;
     }
 }

@@ -81,7 +81,7 @@ bool all_finite(const T* rows, std::ptrdiff_t stride, int n, int dim) {
     const T* row = rows + std::ptrdiff_t(j) * stride;
     int c = 0;
     for (; c + W <= dim; c += W) z += load_floats<Arch>(row + c) * zero;
-    for (; c < dim; ++c) tail += to_float(row[c]) * 0.0f;
+    for (; c < dim; ++c) tail += decode_element(row[c]) * 0.0f;
   }
   return xsimd::all(z == zero) && tail == 0.0f;
 }

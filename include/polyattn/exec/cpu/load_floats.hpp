@@ -2,7 +2,8 @@
 // AVX-512 (vcvtph2ps), Eigen::bfloat16 by widening to 32 bits and shifting left by 16 (a
 // bfloat16 is the top half of a float). The conversion happens right after the load; all
 // arithmetic after it is fp32. Architectures without a conversion instruction go through a
-// scalar conversion (slow, but correct).
+// scalar conversion (slow, but correct). Scalar tails use core/row_codec.hpp's decode_element,
+// which these loads agree with.
 #pragma once
 
 #include <cstdint>
@@ -11,17 +12,13 @@
 #include <Eigen/Core>
 #include <xsimd/xsimd.hpp>
 
+#include "polyattn/core/row_codec.hpp"
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #endif
 
 namespace polyattn::exec::cpu {
-
-/// One element as float (the scalar tails).
-template <class T>
-inline float to_float(T x) {
-  return static_cast<float>(x);
-}
 
 /// batch<float, Arch>::size consecutive elements of `p` as floats.
 template <class Arch, class T>
@@ -52,7 +49,7 @@ inline xsimd::batch<float, Arch> load_floats(const T* p) {
     }
 #endif
     alignas(64) float converted[B::size];
-    for (std::size_t i = 0; i < B::size; ++i) converted[i] = to_float(p[i]);
+    for (std::size_t i = 0; i < B::size; ++i) converted[i] = decode_element(p[i]);
     return B::load_aligned(converted);
   }
 }

@@ -14,6 +14,7 @@
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/online_softmax.hpp"
+#include "polyattn/core/row_codec.hpp"
 
 namespace polyattn::exec {
 
@@ -39,7 +40,7 @@ struct Reference {
             if (!KeyMaskT::drops_keys || KeyMaskT::keeps(job, t)) {
               const auto* k = store.row(spec.key_tensor, job.seq, t, h) + spec.key_offset + g * spec.key_group_stride;
               double dot = 0;
-              for (int i = 0; i < spec.key_dim; ++i) dot += double(q[i]) * double(k[i]);
+              for (int i = 0; i < spec.key_dim; ++i) dot += double(q[i]) * double(decode_element(k[i]));
               score = bounded_score(dot * double(spec.scale));
             }
             scores[std::size_t(t - keys.first)] = score;
@@ -57,7 +58,7 @@ struct Reference {
             const double p = std::exp(scores[std::size_t(t - keys.first)] - max_score);
             sum += p;
             const auto* v = store.row(spec.value_tensor, job.seq, t, h) + spec.value_offset;
-            for (int i = 0; i < spec.value_dim; ++i) acc[std::size_t(i)] += p * double(v[i]);
+            for (int i = 0; i < spec.value_dim; ++i) acc[std::size_t(i)] += p * double(decode_element(v[i]));
           }
           for (int i = 0; i < spec.value_dim; ++i) out[i] = float(acc[std::size_t(i)] / sum);
         }
