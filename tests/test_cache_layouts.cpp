@@ -1,8 +1,13 @@
 // The cache-layout trait: where rows live, page allocation and freeing, bytes per token.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <set>
+#include <vector>
 
 #include <polyattn/polyattn.hpp>
 
@@ -172,4 +177,50 @@ TEST_CASE("cache buffers beyond what memory can address are refused before alloc
                                 "for 4294967296 token slots");
   check_throws_with<ShapeError>([&] { CacheStore<Paged<256>, float>(wide, {.max_sequences = 1, .capacity = 16, .pool_pages = 1 << 24}); },
                                 "for 4294967296 token slots");
+}
+
+namespace {
+
+/// This process's resident memory in bytes (Linux /proc/self/statm), or -1 where it cannot be read.
+long long resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  long long size = 0, resident = -1;
+  if (!(statm >> size >> resident)) return -1;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+}  // namespace
+
+// A contiguous layout reserves every sequence's capacity up front, but as address space: the
+// buffers are zeros the OS commits as rows are written (cache/zeroed_buffer.hpp), so a store sized
+// for many sequences (beams, a batch) costs resident memory for the rows it holds. The control: a
+// poisoned store writes NaN everywhere and so commits all it allocates, which the probe must see.
+// (Not under AddressSanitizer, whose allocator and shadow memory change what is resident.)
+TEST_CASE("a contiguous layout's capacity is resident only where rows are written") {
+#if defined(__SANITIZE_ADDRESS__)
+  MESSAGE("skipped: resident memory under AddressSanitizer is the sanitizer's");
+#else
+  if (resident_bytes() < 0) {
+    MESSAGE("skipped: no /proc/self/statm to read resident memory from");
+    return;
+  }
+  const std::vector<TensorSpec> specs{TensorSpec{8, 64}, TensorSpec{8, 64}};  // 4 KiB a token
+  constexpr long long kMiB = 1 << 20;
+  const long long before = resident_bytes();
+  CacheStore<Nhd, float> store(specs, {.max_sequences = 64, .capacity = 4096});
+  REQUIRE(store.bytes_allocated() == std::size_t(1024 * kMiB));
+  const int seq = store.open();
+  const int first = store.grow(seq, 256);  // 1 MiB of rows written
+  for (int t = 0; t < 256; ++t)
+    for (int tensor = 0; tensor < 2; ++tensor)
+      for (int h = 0; h < 8; ++h) std::fill_n(store.row(tensor, seq, first + t, h), 64, 1.0f);
+  const long long unpoisoned = resident_bytes() - before;
+  MESSAGE("1 GiB contiguous store with 1 MiB of rows written: ", unpoisoned / kMiB, " MiB resident");
+  CHECK(unpoisoned < 64 * kMiB);
+  const long long before_control = resident_bytes();
+  CacheStore<Hnd, float> poisoned(specs, {.max_sequences = 16, .capacity = 4096, .poison_unused = true});  // 256 MiB
+  const long long control = resident_bytes() - before_control;
+  MESSAGE("256 MiB poisoned store: ", control / kMiB, " MiB resident");
+  CHECK(control >= 240 * kMiB);
+#endif
 }

@@ -1,5 +1,7 @@
 // Contiguous layouts: every sequence owns `capacity` rows of each tensor up front, one page of
-// `capacity` tokens in the terms of tensor_strides.hpp.
+// `capacity` tokens in the terms of tensor_strides.hpp. Up front in address space: the buffers
+// start as zeros that the OS commits as rows are written (zeroed_buffer.hpp), so resident memory
+// follows the rows written (Paged<P> commits pages in chunks), unless CacheConfig::poison_unused fills them.
 //   Nhd: (seq, token, head, dim)  -- a token's heads are adjacent (append writes one block)
 //   Hnd: (seq, head, token, dim)  -- a head's tokens are adjacent (decode streams one block)
 #pragma once
@@ -17,6 +19,7 @@
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/cache/sequence_table.hpp"
 #include "polyattn/cache/tensor_strides.hpp"
+#include "polyattn/cache/zeroed_buffer.hpp"
 #include "polyattn/core/shape.hpp"
 
 namespace polyattn {
@@ -45,7 +48,9 @@ class ContiguousStore {
       specs_.push_back(spec);
       strides_.push_back(Layout::strides(spec, config.capacity));
       const std::uint64_t slots = std::uint64_t(config.max_sequences) * std::uint64_t(config.capacity);  // both in [1, 2^31)
-      data_.emplace_back(detail::cache_buffer_elements<T>(slots, spec), fill_value());
+      const std::size_t n = detail::cache_buffer_elements<T>(slots, spec);
+      data_.emplace_back(n);
+      if (poison_) std::fill_n(data_.back().data(), n, poison_value());
     }
   }
 
@@ -55,7 +60,7 @@ class ContiguousStore {
     if (poison_)  // a later user of this slot must not see the old rows
       for (std::size_t t = 0; t < specs_.size(); ++t) {
         const std::size_t per_seq = std::size_t(table_.capacity()) * specs_[t].elements();
-        std::fill_n(data_[t].begin() + std::ptrdiff_t(std::size_t(seq) * per_seq), per_seq, fill_value());
+        std::fill_n(data_[t].data() + std::size_t(seq) * per_seq, per_seq, poison_value());
       }
   }
   bool is_open(int seq) const { return table_.is_open(seq); }
@@ -110,8 +115,7 @@ class ContiguousStore {
   std::size_t bytes_if_unshared() const { return bytes_held(); }
 
  private:
-  static T fill_value_nan() { return std::numeric_limits<T>::quiet_NaN(); }
-  T fill_value() const { return poison_ ? fill_value_nan() : T(0); }
+  static T poison_value() { return std::numeric_limits<T>::quiet_NaN(); }
 
   std::size_t offset(int tensor, int seq, int token, int head) const {
     return std::size_t(strides_[std::size_t(tensor)].offset(seq, token, head));  // a sequence is one page
@@ -121,7 +125,7 @@ class ContiguousStore {
   bool poison_;
   std::vector<TensorSpec> specs_;
   std::vector<TensorStrides> strides_;  // Layout::strides(spec, capacity), per tensor
-  std::vector<std::vector<T>> data_;  // one buffer per cached tensor
+  std::vector<ZeroedBuffer<T>> data_;  // one buffer per cached tensor
 };
 
 }  // namespace detail

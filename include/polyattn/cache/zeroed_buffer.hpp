@@ -1,0 +1,40 @@
+// A cache buffer that starts as zeros and costs memory only where it is written. It comes from
+// std::calloc: for large blocks the allocator maps fresh pages, which the OS hands out zeroed on
+// first touch, so a contiguous layout's capacity (every sequence's rows up front) is address
+// space until rows are written, not resident memory. (A std::vector<T>(n, T(0)) writes every
+// element and commits it all.) Only for element types whose all-zero bytes are the value zero:
+// float, double, Eigen::half and Eigen::bfloat16.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <type_traits>
+
+namespace polyattn::detail {
+
+template <class T>
+class ZeroedBuffer {
+  static_assert(std::is_trivially_copyable_v<T>, "polyattn: a zeroed buffer holds trivially copyable elements");
+
+ public:
+  ZeroedBuffer() = default;
+  /// n elements of value zero; std::bad_alloc when the allocator refuses.
+  explicit ZeroedBuffer(std::size_t n) : data_(n == 0 ? nullptr : static_cast<T*>(std::calloc(n, sizeof(T)))), size_(n) {
+    if (n > 0 && !data_) throw std::bad_alloc();
+  }
+
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  std::size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace polyattn::detail
