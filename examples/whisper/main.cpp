@@ -205,8 +205,9 @@ int main(int argc, char** argv) {
     usage(argv[0], "--device '" + device + "' is not cpu or cuda");
   }
   // CPU: Paged<16>, since beams share pages and the pool grows with the tokens held (at batch 16 and
-  // beam 5, 26 MiB of self cache allocated against Nhd's 420: examples/whisper/README.md, "Beam
-  // search"); GPU: Hnd, the decode-friendly layout there.
+  // beam 5, 26 MiB of self cache allocated against Nhd's 420 reserved, of which Nhd commits only
+  // the pages it writes: examples/whisper/README.md, "Beam search"); GPU: Hnd, the decode-friendly
+  // layout there.
   if (self.empty()) self = device == "cpu" ? "mha/paged16" : "mha/hnd";
   if (list_policies) {
     for (const auto& [self_name, cross_name] : backend->policy_pairs()) std::printf("%s %s\n", self_name.c_str(), cross_name.c_str());
