@@ -1,7 +1,8 @@
 // Contiguous layouts: every sequence owns `capacity` rows of each tensor up front, one page of
 // `capacity` tokens in the terms of tensor_strides.hpp. Up front in address space: the buffers
 // start as zeros that the OS commits as rows are written (zeroed_buffer.hpp), so resident memory
-// follows the rows written (Paged<P> commits pages in chunks), unless CacheConfig::poison_unused fills them.
+// follows the rows written (Paged<P> commits pages in chunks), unless CacheConfig::poison_unused
+// fills them.
 //   Nhd: (seq, token, head, dim)  -- a token's heads are adjacent (append writes one block)
 //   Hnd: (seq, head, token, dim)  -- a head's tokens are adjacent (decode streams one block)
 #pragma once
