@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -29,6 +30,7 @@
 #include "byte_reader.hpp"
 #include "checked_size.hpp"
 #include "error.hpp"
+#include "mapped_file.hpp"
 #include "stored_floats.hpp"
 
 namespace polyattn::whisper {
@@ -119,9 +121,16 @@ class Ct2ModelBin {
   const std::map<std::string, Ct2Variable>& variables() const { return variables_; }
   const std::map<std::string, std::string>& aliases() const { return aliases_; }
 
+  // Parses model.bin from bytes in memory; each float tensor is copied out of them.
   static Ct2ModelBin parse(std::span<const std::uint8_t> bytes, const std::string& what = "model.bin");
+  // The same from a mapped file; each float tensor is a view of its bytes there (no copy until
+  // take(), stored_floats.hpp), and the model keeps the file mapped while it holds one.
+  static Ct2ModelBin parse(const std::shared_ptr<const MappedFile>& file);
 
  private:
+  // `file`: the mapping `bytes` lies in, or null to copy the tensors.
+  static Ct2ModelBin parse(std::span<const std::uint8_t> bytes, const std::string& what, const std::shared_ptr<const MappedFile>* file);
+
   std::map<std::string, Ct2Variable> variables_;
   std::map<std::string, std::string> aliases_;
 };
@@ -141,6 +150,15 @@ inline std::string read_ct2_string(ByteReader& r, std::string_view field) {
 }  // namespace detail
 
 inline Ct2ModelBin Ct2ModelBin::parse(std::span<const std::uint8_t> bytes, const std::string& what) {
+  return parse(bytes, what, nullptr);
+}
+
+inline Ct2ModelBin Ct2ModelBin::parse(const std::shared_ptr<const MappedFile>& file) {
+  return parse(file->bytes(), file->path(), &file);
+}
+
+inline Ct2ModelBin Ct2ModelBin::parse(std::span<const std::uint8_t> bytes, const std::string& what,
+                                      const std::shared_ptr<const MappedFile>* file) {
   ByteReader r(bytes, what);
   Ct2ModelBin m;
   m.binary_version = r.read<std::uint32_t>("binary version");
@@ -173,10 +191,13 @@ inline Ct2ModelBin Ct2ModelBin::parse(std::span<const std::uint8_t> bytes, const
     const auto data = r.bytes(n_bytes, "variable data");
     const std::size_t n = static_cast<std::size_t>(*numel);  // at most n_bytes
     const std::uint8_t* p = data.data();
+    auto floats = [&](StoredFloats::Precision precision) {
+      return file ? StoredFloats::view(*file, p, n, precision) : StoredFloats::from_bytes(p, n, precision);
+    };
     switch (v.dtype) {
-      case Ct2DType::float32: v.elements = StoredFloats::from_bytes(p, n, StoredFloats::Precision::float32); break;
-      case Ct2DType::float16: v.elements = StoredFloats::from_bytes(p, n, StoredFloats::Precision::float16); break;
-      case Ct2DType::bfloat16: v.elements = StoredFloats::from_bytes(p, n, StoredFloats::Precision::bfloat16); break;
+      case Ct2DType::float32: v.elements = floats(StoredFloats::Precision::float32); break;
+      case Ct2DType::float16: v.elements = floats(StoredFloats::Precision::float16); break;
+      case Ct2DType::bfloat16: v.elements = floats(StoredFloats::Precision::bfloat16); break;
       case Ct2DType::int8:
         for (std::size_t k = 0; k < n; ++k) v.ints.push_back(static_cast<std::int8_t>(p[k]));
         break;
@@ -330,8 +351,7 @@ inline Json parse_ct2_config(std::string_view text, const std::string& what) {
 inline Ct2ModelDir load_ct2_model_dir(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir)) throw IoError("model directory '" + dir.string() + "' does not exist");
   Ct2ModelDir out;
-  const auto bin = (dir / "model.bin").string();
-  out.model = Ct2ModelBin::parse(read_file_bytes(bin), bin);
+  out.model = Ct2ModelBin::parse(std::make_shared<const MappedFile>((dir / "model.bin").string()));
   const auto cfg = dir / "config.json";
   if (std::filesystem::exists(cfg)) {
     const auto b = read_file_bytes(cfg.string());

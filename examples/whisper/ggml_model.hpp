@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,6 +31,7 @@
 #include "byte_reader.hpp"
 #include "checked_size.hpp"
 #include "error.hpp"
+#include "mapped_file.hpp"
 #include "matrix.hpp"
 #include "stored_floats.hpp"
 
@@ -80,8 +82,10 @@ struct GgmlModel {
 // Parses a ggml file. With GgmlLoad::full a file without tensors (such as whisper.cpp's
 // for-tests-ggml-*.bin, which holds only the header, filters and vocabulary) is refused
 // with ModelError; GgmlLoad::header_only stops after the vocabulary.
-inline GgmlModel parse_ggml(std::span<const std::uint8_t> bytes, GgmlLoad mode = GgmlLoad::full,
-                            const std::string& what = "ggml file") {
+// `file`: the mapping `bytes` lies in (each tensor is then a view of it, stored_floats.hpp), or
+// null to copy each tensor out of `bytes`.
+inline GgmlModel parse_ggml(std::span<const std::uint8_t> bytes, GgmlLoad mode, const std::string& what,
+                            const std::shared_ptr<const MappedFile>* file) {
   ByteReader r(bytes, what);
   const std::uint32_t magic = r.read<std::uint32_t>("magic");
   if (magic != kGgmlMagic) {
@@ -142,7 +146,8 @@ inline GgmlModel parse_ggml(std::span<const std::uint8_t> bytes, GgmlLoad mode =
       r.fail("tensor '" + t.name + "' has shape " + shape_string(t.shape()) + ", whose size does not fit in 64 bits");
     const auto data = r.bytes(static_cast<std::size_t>(*n_bytes), "tensor data of '" + t.name + "'");
     const std::size_t n = static_cast<std::size_t>(*numel);  // the bytes are there: n is bounded by the file
-    t.elements = StoredFloats::from_bytes(data.data(), n, t.type == 0 ? StoredFloats::Precision::float32 : StoredFloats::Precision::float16);
+    const auto precision = t.type == 0 ? StoredFloats::Precision::float32 : StoredFloats::Precision::float16;
+    t.elements = file ? StoredFloats::view(*file, data.data(), n, precision) : StoredFloats::from_bytes(data.data(), n, precision);
     const std::string name = t.name;
     if (!m.tensors.emplace(name, std::move(t)).second) r.fail("duplicate tensor '" + name + "'");
   }
@@ -151,8 +156,15 @@ inline GgmlModel parse_ggml(std::span<const std::uint8_t> bytes, GgmlLoad mode =
   return m;
 }
 
+inline GgmlModel parse_ggml(std::span<const std::uint8_t> bytes, GgmlLoad mode = GgmlLoad::full,
+                            const std::string& what = "ggml file") {
+  return parse_ggml(bytes, mode, what, nullptr);
+}
+
+// The file is mapped, not read: each tensor is read once, where the weights take it.
 inline GgmlModel load_ggml(const std::string& path, GgmlLoad mode = GgmlLoad::full) {
-  return parse_ggml(read_file_bytes(path), mode, path);
+  const auto file = std::make_shared<const MappedFile>(path);
+  return parse_ggml(file->bytes(), mode, path, &file);
 }
 
 }  // namespace polyattn::whisper

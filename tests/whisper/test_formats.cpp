@@ -2,6 +2,7 @@
 
 #include <whisper/ct2_model.hpp>
 #include <whisper/ggml_model.hpp>
+#include <whisper/mapped_file.hpp>
 #include <whisper/mel.hpp>
 #include <whisper/model.hpp>
 #include <whisper/weights.hpp>
@@ -10,7 +11,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <memory>
 
 #include "synthetic_files.hpp"
 #include "test_util.hpp"
@@ -182,6 +186,78 @@ TEST_SUITE("ct2") {
     CHECK(load(with_positions(1500, 8)).encoder_positions.rows() == 1500);
   }
 
+  TEST_CASE("a mapped model.bin loads the weights a copy in memory loads, float16 at odd offsets included") {
+    whisper_test::Rng rng(11);
+    auto vars = whisper_test::tiny_ct2_vars(whisper_test::tiny_pytorch_model(rng, 300, 8));
+    for (auto& v : vars)  // float16 where the model ships it, as tiny.en does
+      if (v.name == "decoder/embeddings/weight" || v.name.ends_with("ffn/linear_0/weight")) {
+        std::vector<std::uint16_t> halfs;
+        for (std::size_t i = 0; i < v.data.size(); i += 4) {
+          float f;
+          std::memcpy(&f, v.data.data() + i, 4);
+          halfs.push_back(whisper_test::half_bits(f));
+        }
+        v = {v.name, v.shape, 4, raw(halfs)};
+      }
+    // A one-character name first shifts every later tensor to an odd byte offset: the views must
+    // not read the elements as aligned halfs or floats (UBSan's alignment check would fail).
+    vars.insert(vars.begin(), whisper_test::Ct2Var{"a", {1}, 1, {7}});
+    const auto bytes = whisper_test::ct2_bytes(vars, whisper_test::kTinyCt2Aliases).b;
+    const whisper_test::TempFile file("mapped_model.bin");
+    whisper_test::write_file(file.path(), bytes);
+
+    const WhisperWeights from_memory = weights_from_ct2(Ct2ModelBin::parse(bytes));
+    const WhisperWeights mapped = weights_from_ct2(Ct2ModelBin::parse(std::make_shared<const MappedFile>(file.path())));
+    REQUIRE(mapped.token_embedding.is_half());
+    CHECK(mapped.token_embedding == from_memory.token_embedding);
+    CHECK(mapped.encoder[0].fc1.weight.is_half());
+    CHECK(mapped.encoder[0].fc1.weight == from_memory.encoder[0].fc1.weight);
+    CHECK(mapped.encoder[0].fc2.weight == from_memory.encoder[0].fc2.weight);
+    CHECK(mapped.conv1_w == from_memory.conv1_w);
+    CHECK(mapped.decoder[0].self_qkv.weight == from_memory.decoder[0].self_qkv.weight);
+    CHECK(mapped.decoder[0].cross_kv.bias == from_memory.decoder[0].cross_kv.bias);
+    CHECK(mapped.decoder_positions == from_memory.decoder_positions);
+    CHECK(mapped.decoder_ln.gamma == from_memory.decoder_ln.gamma);
+  }
+
+  TEST_CASE("a mapped tensor's pages leave the resident set once it is taken") {
+    // One 8 MiB float16 tensor. Reading it maps its pages in (file-backed resident pages, in
+    // /proc/self/statm's resident count); the last StoredFloats holding them releases them.
+    constexpr std::size_t n = std::size_t{4} << 20;
+    const whisper_test::TempFile file("released.bin");
+    // "kept" is never taken, so the file stays mapped: only the release can drop w's pages.
+    whisper_test::write_file(file.path(), write_ct2({{"w", {std::uint32_t(n)}, 4, std::vector<std::uint8_t>(2 * n, 0x3c)},
+                                                     {"kept", {1}, 0, raw<float>({1})}},
+                                                    {}));
+    std::vector<Eigen::half> out(n);  // committed before the first reading
+    const auto resident_mib = [] {
+      std::ifstream statm("/proc/self/statm");
+      double size = 0, resident = 0;
+      statm >> size >> resident;
+      return resident * double(::sysconf(_SC_PAGESIZE)) / double(1 << 20);
+    };
+    const double before = resident_mib();
+    Ct2ModelBin m = Ct2ModelBin::parse(std::make_shared<const MappedFile>(file.path()));
+    // Parsing reads the header only, but the kernel may map a large folio of the page cache
+    // around it (2 MiB of this tensor on the Xeon's ext4): what reading adds is what must go.
+    const double parsed = resident_mib();
+    {
+      const StoredFloats w = m.take("w", {std::int64_t(n)});
+      w.copy_halfs(out.data());
+      CHECK(resident_mib() - before > 7.5);
+    }
+    CHECK(resident_mib() - parsed < 0.5);
+    CHECK(out[n - 1] == Eigen::numext::bit_cast<Eigen::half>(std::uint16_t{0x3c3c}));
+  }
+
+  TEST_CASE("a model file that cannot be mapped is an IoError naming it") {
+    CHECK_THROWS_WITH_AS(MappedFile("/nonexistent/model.bin"), doctest::Contains("/nonexistent/model.bin"), IoError);
+    CHECK_THROWS_WITH_AS(MappedFile(std::filesystem::temp_directory_path().string()), doctest::Contains("not a regular file"), IoError);
+    const whisper_test::TempFile empty("empty_model.bin");
+    whisper_test::write_file(empty.path(), {});
+    CHECK_THROWS_WITH_AS(Ct2ModelBin::parse(std::make_shared<const MappedFile>(empty.path())), doctest::Contains("truncated"), FormatError);
+  }
+
   TEST_CASE("real tiny.en model directory") {
     const std::string dir = whisper_test::model_dir();
     if (!whisper_test::have_file(dir + "/model.bin")) return;
@@ -296,6 +372,15 @@ TEST_SUITE("ggml") {
     CHECK(m.tensor("decoder.token_embedding.weight").values() == b.data);
     CHECK(m.tensor("decoder.token_embedding.weight").type == 1);
     CHECK_THROWS_AS(m.tensor("nope"), ModelError);
+    {  // mapped (load_ggml): the same tensors, read in place
+      const whisper_test::TempFile file("round_trip.ggml");
+      whisper_test::write_file(file.path(), bytes);
+      GgmlModel mapped = load_ggml(file.path());
+      CHECK(mapped.vocabulary == m.vocabulary);
+      CHECK(mapped.mel_filters == m.mel_filters);
+      CHECK(mapped.take("encoder.conv1.weight").to_float() == a.data);
+      CHECK(mapped.take("decoder.token_embedding.weight").to_float() == b.data);
+    }
     GgmlModel taken = m;  // take(): the elements move out in the file's precision, once
     CHECK(taken.take("decoder.token_embedding.weight").precision() == StoredFloats::Precision::float16);
     CHECK(taken.take("encoder.conv1.weight").to_float() == a.data);
