@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -112,11 +113,20 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
   // Timestamps off: every window is queued now; on: a file has one window at a time. Either way
   // no more windows than are queued now are ever decoded at once.
   const int windows_at_once = std::min<int>(opt.batch, static_cast<int>(queue.size()));
-  t0 = clock::now();
-  Decoder<Policies> decoder(w_, {.max_sequences = windows_at_once * sequences_per_window, .max_audio = windows_at_once,
-                                 .threads = opt.threads, .dense = &dense});
-  r.prepare_ms = ms(t0, clock::now());
-  r.notes = decoder.notes();
+  // The decoder (its policies' converted weights and its caches) is built once the first window
+  // is encoded, so that it and the encoder's activations are never resident together on a single
+  // window: that was the peak of a one-clip run with the X-cache policies.
+  std::optional<Decoder<Policies>> built;
+  auto decoder = [&]() -> Decoder<Policies>& {
+    if (!built) {
+      const auto t = clock::now();
+      built.emplace(w_, DecoderConfig{.max_sequences = windows_at_once * sequences_per_window, .max_audio = windows_at_once,
+                                      .threads = opt.threads, .dense = &dense});
+      r.prepare_ms = ms(t, clock::now());
+      r.notes = built->notes();
+    }
+    return *built;
+  };
 
   // A job being decoded: its search and the decoder sequence of each of its beams (samples).
   struct Live {
@@ -127,7 +137,7 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
   };
   std::vector<Live> live;
   auto note_memory = [&] {
-    const DecoderCacheUse u = decoder.cache_use();
+    const DecoderCacheUse u = decoder().cache_use();
     if (u.self.bytes_held >= r.peak.self.bytes_held) r.peak.self = u.self;
     if (u.cross.bytes_held >= r.peak.cross.bytes_held) r.peak.cross = u.cross;
   };
@@ -219,19 +229,19 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
       const std::vector<int> parents = l.search.advance(logits.middleRows(row, n));
       row += n;
       if (l.search.finished()) {
-        for (int seq : l.seqs) decoder.close(seq);
+        for (int seq : l.seqs) decoder().close(seq);
         finish(l);
         continue;
       }
       std::vector<int> uses(l.seqs.size(), 0);
       for (int p : parents) ++uses[std::size_t(p)];
       for (std::size_t b = 0; b < l.seqs.size(); ++b)
-        if (uses[b] == 0) decoder.close(l.seqs[b]);
+        if (uses[b] == 0) decoder().close(l.seqs[b]);
       std::vector<int> seqs(parents.size());
       std::vector<bool> taken(l.seqs.size(), false);
       for (std::size_t b = 0; b < parents.size(); ++b) {
         const auto p = std::size_t(parents[b]);
-        seqs[b] = taken[p] ? decoder.fork(l.seqs[p]) : l.seqs[p];
+        seqs[b] = taken[p] ? decoder().fork(l.seqs[p]) : l.seqs[p];
         taken[p] = true;
       }
       l.seqs = std::move(seqs);
@@ -259,17 +269,18 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
         malloc_trim(0);
 #endif
       }
-      const auto t1 = clock::now();
-      r.encode_ms += ms(t0, t1);
+      r.encode_ms += ms(t0, clock::now());
       job.prompt = prompt_for(job.file);
       const float temperature = opt.temperatures[job.temperature];
       // Seeded per file, window start and temperature: a run repeats exactly whatever the batch.
       const std::uint64_t seed = opt.seed ^ (std::uint64_t(job.file) << 40) ^ (std::uint64_t(job.seek) << 8) ^ job.temperature;
-      const int seq = decoder.open(*job.features);
+      Decoder<Policies>& dec = decoder();  // built here for the first window (prepare_ms)
+      const auto t_open = clock::now();
+      const int seq = dec.open(*job.features);
       BeamSearch search(search_options(temperature, static_cast<int>(job.prompt.size()), seed), rules_.eot);
       joining.push_back({std::move(job), std::move(search), {seq}});
       ++r.windows;
-      const double open_ms = ms(t1, clock::now());
+      const double open_ms = ms(t_open, clock::now());
       r.decode_ms += open_ms;
       r.cross_open_ms += open_ms;
     }
@@ -282,7 +293,7 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
       std::vector<int> seqs, tokens;
       for (const Live& l : live)
         for (std::size_t b = 0; b < l.seqs.size(); ++b) seqs.push_back(l.seqs[b]), tokens.push_back(l.search.beams()[b].tokens.back());
-      RowMatrixXf logits = decoder.decode(seqs, tokens);
+      RowMatrixXf logits = decoder().decode(seqs, tokens);
       ++r.decode_steps;
       r.step_tokens += seqs.size();
       note_memory();
@@ -301,7 +312,7 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
           rest.push_back(std::move(l));
         }
       joining = std::move(rest);
-      RowMatrixXf logits = decoder.prefill(seqs, group.front().job.prompt);
+      RowMatrixXf logits = decoder().prefill(seqs, group.front().job.prompt);
       note_memory();
       advance(group, logits);
       for (Live& l : group) live.push_back(std::move(l));
