@@ -191,9 +191,7 @@ inline Ct2ModelBin Ct2ModelBin::parse(std::span<const std::uint8_t> bytes, const
     const auto data = r.bytes(n_bytes, "variable data");
     const std::size_t n = static_cast<std::size_t>(*numel);  // at most n_bytes
     const std::uint8_t* p = data.data();
-    auto floats = [&](StoredFloats::Precision precision) {
-      return file ? StoredFloats::view(*file, p, n, precision) : StoredFloats::from_bytes(p, n, precision);
-    };
+    auto floats = [&](StoredFloats::Precision precision) { return StoredFloats::view_or_copy(file, p, n, precision); };
     switch (v.dtype) {
       case Ct2DType::float32: v.elements = floats(StoredFloats::Precision::float32); break;
       case Ct2DType::float16: v.elements = floats(StoredFloats::Precision::float16); break;

@@ -147,7 +147,7 @@ inline GgmlModel parse_ggml(std::span<const std::uint8_t> bytes, GgmlLoad mode, 
     const auto data = r.bytes(static_cast<std::size_t>(*n_bytes), "tensor data of '" + t.name + "'");
     const std::size_t n = static_cast<std::size_t>(*numel);  // the bytes are there: n is bounded by the file
     const auto precision = t.type == 0 ? StoredFloats::Precision::float32 : StoredFloats::Precision::float16;
-    t.elements = file ? StoredFloats::view(*file, data.data(), n, precision) : StoredFloats::from_bytes(data.data(), n, precision);
+    t.elements = StoredFloats::view_or_copy(file, data.data(), n, precision);
     const std::string name = t.name;
     if (!m.tensors.emplace(name, std::move(t)).second) r.fail("duplicate tensor '" + name + "'");
   }

@@ -50,6 +50,12 @@ class StoredFloats {
                         n, precision);
   }
 
+  /// A view when `file` points to the mapping `bytes` lies in, else a copy (a parser's choice).
+  static StoredFloats view_or_copy(const std::shared_ptr<const MappedFile>* file, const std::uint8_t* bytes, std::size_t n,
+                                   Precision precision) {
+    return file ? view(*file, bytes, n, precision) : from_bytes(bytes, n, precision);
+  }
+
   /// Elements already in float (a test's or a converter's values).
   static StoredFloats from_floats(const std::vector<float>& values) {
     return from_bytes(reinterpret_cast<const std::uint8_t*>(values.data()), values.size(), Precision::float32);
