@@ -1,17 +1,15 @@
 // The cache-layout trait: where rows live, page allocation and freeing, bytes per token.
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <vector>
 
 #include <polyattn/polyattn.hpp>
 
 #include "support/check_throws.hpp"
+#include "support/resident_memory.hpp"
 
 using namespace polyattn;
 using polyattn::testing::check_throws_with;
@@ -179,17 +177,7 @@ TEST_CASE("cache buffers beyond what memory can address are refused before alloc
                                 "for 4294967296 token slots");
 }
 
-namespace {
-
-/// This process's resident memory in bytes (Linux /proc/self/statm), or -1 where it cannot be read.
-long long resident_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  long long size = 0, resident = -1;
-  if (!(statm >> size >> resident)) return -1;
-  return resident * sysconf(_SC_PAGESIZE);
-}
-
-}  // namespace
+using polyattn::testing::resident_bytes;
 
 // A contiguous layout reserves every sequence's capacity up front, but as address space: the
 // buffers are zeros the OS commits as rows are written (cache/zeroed_buffer.hpp), so a store sized

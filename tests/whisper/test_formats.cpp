@@ -12,10 +12,10 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
 
+#include "../support/resident_memory.hpp"
 #include "synthetic_files.hpp"
 #include "test_util.hpp"
 
@@ -228,7 +228,8 @@ TEST_SUITE("ct2") {
     MESSAGE("skipped: resident memory under AddressSanitizer is partly the sanitizer's");
     return;
 #endif
-    if (!std::ifstream("/proc/self/statm")) {
+    using polyattn::testing::resident_bytes;
+    if (resident_bytes() < 0) {
       MESSAGE("skipped: no /proc/self/statm to read resident memory from");
       return;
     }
@@ -239,12 +240,7 @@ TEST_SUITE("ct2") {
                                                      {"kept", {1}, 0, raw<float>({1})}},
                                                     {}));
     std::vector<Eigen::half> out(n);  // committed before the first reading
-    const auto resident_mib = [] {
-      std::ifstream statm("/proc/self/statm");
-      double size = 0, resident = 0;
-      statm >> size >> resident;
-      return resident * double(::sysconf(_SC_PAGESIZE)) / double(1 << 20);
-    };
+    const auto resident_mib = [] { return double(resident_bytes()) / double(1 << 20); };
     const double before = resident_mib();
     Ct2ModelBin m = Ct2ModelBin::parse(std::make_shared<const MappedFile>(file.path()));
     // Parsing reads the header only, but the kernel may map a large folio of the page cache
