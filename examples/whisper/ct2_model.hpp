@@ -128,8 +128,8 @@ class Ct2ModelBin {
   static Ct2ModelBin parse(const std::shared_ptr<const MappedFile>& file);
 
  private:
-  // `file`: the mapping `bytes` lies in, or null to copy the tensors.
-  static Ct2ModelBin parse(std::span<const std::uint8_t> bytes, const std::string& what, const std::shared_ptr<const MappedFile>* file);
+  // `file`: the mapping `bytes` lies in, or empty to copy the tensors.
+  static Ct2ModelBin parse(std::span<const std::uint8_t> bytes, const std::string& what, const std::shared_ptr<const MappedFile>& file);
 
   std::map<std::string, Ct2Variable> variables_;
   std::map<std::string, std::string> aliases_;
@@ -150,15 +150,15 @@ inline std::string read_ct2_string(ByteReader& r, std::string_view field) {
 }  // namespace detail
 
 inline Ct2ModelBin Ct2ModelBin::parse(std::span<const std::uint8_t> bytes, const std::string& what) {
-  return parse(bytes, what, nullptr);
+  return parse(bytes, what, std::shared_ptr<const MappedFile>());
 }
 
 inline Ct2ModelBin Ct2ModelBin::parse(const std::shared_ptr<const MappedFile>& file) {
-  return parse(file->bytes(), file->path(), &file);
+  return parse(file->bytes(), file->path(), file);
 }
 
 inline Ct2ModelBin Ct2ModelBin::parse(std::span<const std::uint8_t> bytes, const std::string& what,
-                                      const std::shared_ptr<const MappedFile>* file) {
+                                      const std::shared_ptr<const MappedFile>& file) {
   ByteReader r(bytes, what);
   Ct2ModelBin m;
   m.binary_version = r.read<std::uint32_t>("binary version");

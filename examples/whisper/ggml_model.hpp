@@ -83,9 +83,9 @@ struct GgmlModel {
 // for-tests-ggml-*.bin, which holds only the header, filters and vocabulary) is refused
 // with ModelError; GgmlLoad::header_only stops after the vocabulary.
 // `file`: the mapping `bytes` lies in (each tensor is then a view of it, stored_floats.hpp), or
-// null to copy each tensor out of `bytes`.
+// empty to copy each tensor out of `bytes`.
 inline GgmlModel parse_ggml(std::span<const std::uint8_t> bytes, GgmlLoad mode, const std::string& what,
-                            const std::shared_ptr<const MappedFile>* file) {
+                            const std::shared_ptr<const MappedFile>& file) {
   ByteReader r(bytes, what);
   const std::uint32_t magic = r.read<std::uint32_t>("magic");
   if (magic != kGgmlMagic) {
@@ -158,13 +158,13 @@ inline GgmlModel parse_ggml(std::span<const std::uint8_t> bytes, GgmlLoad mode, 
 
 inline GgmlModel parse_ggml(std::span<const std::uint8_t> bytes, GgmlLoad mode = GgmlLoad::full,
                             const std::string& what = "ggml file") {
-  return parse_ggml(bytes, mode, what, nullptr);
+  return parse_ggml(bytes, mode, what, std::shared_ptr<const MappedFile>());
 }
 
 // The file is mapped, not read: each tensor is read once, where the weights take it.
 inline GgmlModel load_ggml(const std::string& path, GgmlLoad mode = GgmlLoad::full) {
   const auto file = std::make_shared<const MappedFile>(path);
-  return parse_ggml(file->bytes(), mode, path, &file);
+  return parse_ggml(file->bytes(), mode, path, file);
 }
 
 }  // namespace polyattn::whisper

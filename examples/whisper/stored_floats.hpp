@@ -50,10 +50,10 @@ class StoredFloats {
                         n, precision);
   }
 
-  /// A view when `file` points to the mapping `bytes` lies in, else a copy (a parser's choice).
-  static StoredFloats view_or_copy(const std::shared_ptr<const MappedFile>* file, const std::uint8_t* bytes, std::size_t n,
+  /// A view when `file` is the mapping `bytes` lies in, a copy when it is empty (a parser's choice).
+  static StoredFloats view_or_copy(const std::shared_ptr<const MappedFile>& file, const std::uint8_t* bytes, std::size_t n,
                                    Precision precision) {
-    return file ? view(*file, bytes, n, precision) : from_bytes(bytes, n, precision);
+    return file ? view(file, bytes, n, precision) : from_bytes(bytes, n, precision);
   }
 
   /// Elements already in float (a test's or a converter's values).
