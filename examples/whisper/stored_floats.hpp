@@ -18,11 +18,13 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>  // Eigen::half, Eigen::bfloat16
 
 #include "error.hpp"
+#include "half_to_float.hpp"
 #include "mapped_file.hpp"
 
 namespace polyattn::whisper {
@@ -102,7 +104,10 @@ class StoredFloats {
       const std::size_t n = std::min(kBlock, size_ - first);
       std::memcpy(static_cast<void*>(block), bytes_.get() + first * sizeof(T), n * sizeof(T));
       const auto count = static_cast<Eigen::Index>(n);
-      Eigen::Map<Eigen::ArrayXf>(out + first, count) = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(block, count).template cast<float>();
+      if constexpr (std::is_same_v<T, Eigen::half>)
+        half_to_float(block, count, out + first);
+      else
+        Eigen::Map<Eigen::ArrayXf>(out + first, count) = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(block, count).template cast<float>();
     }
   }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "error.hpp"
+#include "half_to_float.hpp"
 #include "matrix.hpp"
 #include "stream_product.hpp"
 
@@ -116,7 +117,8 @@ class WeightMatrix {
     if (y.size() == 0) return;
     for_each_panel(rows(), x.rows(), threads, [&](Eigen::Index first, Eigen::Index n) {
       thread_local RowMatrixXf panel;  // (panel rows, cols): reused by every call on this thread
-      panel = half_.middleRows(first, n).cast<float>();
+      panel.resize(n, cols());
+      half_to_float(half_.data() + first * cols(), n * cols(), panel.data());
       product(x, panel, y.middleCols(first, n));
     });
   }

@@ -2,11 +2,13 @@
 
 #include <whisper/ct2_model.hpp>
 #include <whisper/ggml_model.hpp>
+#include <whisper/half_to_float.hpp>
 #include <whisper/mapped_file.hpp>
 #include <whisper/mel.hpp>
 #include <whisper/model.hpp>
 #include <whisper/weights.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -55,6 +57,29 @@ TEST_SUITE("ct2") {
       }
       const std::uint32_t b = std::bit_cast<std::uint32_t>(bf16[h]);
       if (!std::isnan(bf16[h]) && b != h << 16) FAIL("bfloat16 " << h << " -> " << bf16[h]);
+    }
+  }
+
+  TEST_CASE("half_to_float: every float16 pattern, at every length and offset around a vector, as the scalar conversion") {
+    std::vector<Eigen::half> all(0x10000);
+    for (std::uint32_t h = 0; h < 0x10000; ++h) all[h] = std::bit_cast<Eigen::half>(static_cast<std::uint16_t>(h));
+    auto same = [](float got, Eigen::half h) {
+      const float want = static_cast<float>(h);
+      return std::isnan(want) ? std::isnan(got) : std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want);
+    };
+    std::vector<float> out(0x10000 + 1, -7.0f);
+    half_to_float(all.data(), 0x10000, out.data());
+    for (std::uint32_t h = 0; h < 0x10000; ++h)
+      if (!same(out[h], all[h])) FAIL("half " << h << " -> " << out[h]);
+    // Vector bodies and scalar tails: nothing outside [0, n) is written.
+    for (Eigen::Index offset : {0, 1, 7}) {
+      for (Eigen::Index n = 0; n <= 40; ++n) {
+        std::fill(out.begin(), out.end(), -7.0f);
+        half_to_float(all.data() + 0x3C00 + offset, n, out.data() + 1);
+        CHECK(out[0] == -7.0f);
+        CHECK(out[std::size_t(n) + 1] == -7.0f);
+        for (Eigen::Index i = 0; i < n; ++i) CHECK(same(out[std::size_t(i) + 1], all[std::size_t(0x3C00 + offset + i)]));
+      }
     }
   }
 
