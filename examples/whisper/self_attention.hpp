@@ -79,13 +79,13 @@ concept SelfAttentionPolicy =
       { cs.note() } -> std::convertible_to<std::string>;
     };
 
-// A projection of a self-attention layer: the model's own Linear, borrowed where a policy uses it
-// as it is (the MHA projections, W_o of most kinds), so that the weights are not held twice (the
-// model outlives every decoder built on it, which keeps a pointer to it anyway), or a Linear a
-// conversion made, owned.
-using LayerLinear = std::shared_ptr<const Linear>;
-inline LayerLinear borrowed(const Linear& l) { return LayerLinear(LayerLinear(), &l); }  // aliasing constructor: owns nothing
-inline LayerLinear owned(Linear l) { return std::make_shared<const Linear>(std::move(l)); }
+// A projection of a self-attention layer: the model's own linear layer, in the precision it
+// ships in, borrowed where a policy uses it as it is (the MHA projections, W_o of most kinds), so
+// that the weights are not held twice (the model outlives every decoder built on it, which keeps
+// a pointer to it anyway), or one a conversion made, owned.
+using LayerLinear = std::shared_ptr<const StoredLinear>;
+inline LayerLinear borrowed(const StoredLinear& l) { return LayerLinear(LayerLinear(), &l); }  // aliasing constructor: owns nothing
+inline LayerLinear owned(StoredLinear l) { return std::make_shared<const StoredLinear>(std::move(l)); }
 
 // One layer's self-attention as a polyattn Variant, produced by a Kind's convert().
 template <class Variant>

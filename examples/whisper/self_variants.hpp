@@ -55,7 +55,7 @@ struct SlimK {
     SelfLayerWeights<variant> w;
     w.shape = self_attention_shape(d);
     // [q | k]: the key bias is dropped (it shifts every score of a query equally; Whisper's is 0).
-    Linear in{b.self_qkv.weight.topRows(2 * e), RowVectorXf::Zero(2 * e)};
+    StoredLinear in{b.self_qkv.weight.rows_copy(0, 2 * e), RowVectorXf::Zero(2 * e)};
     in.bias.head(e) = b.self_qkv.bias.head(e);
     w.in = owned(std::move(in));
     w.q_width = e;
@@ -101,12 +101,13 @@ struct Mla {
     SelfLayerWeights<variant> w;
     w.shape = shape;
     // [q' | latent | kept key dims], q' with its columns permuted as the keys' are.
-    Linear in{RowMatrixXf(e + Rank + kept, d.n_text_state), RowVectorXf::Zero(e + Rank + kept)};
-    in.weight.topRows(e) = c.w_q.transpose().cast<float>();
-    in.weight.middleRows(e, Rank) = c.w_dkv.transpose().cast<float>();
-    in.weight.bottomRows(kept) = c.w_kp.transpose().cast<float>();
-    if (c.b_q.size() > 0) in.bias.head(e) = c.b_q.cast<float>();
-    w.in = owned(std::move(in));
+    RowMatrixXf in(e + Rank + kept, d.n_text_state);
+    in.topRows(e) = c.w_q.transpose().cast<float>();
+    in.middleRows(e, Rank) = c.w_dkv.transpose().cast<float>();
+    in.bottomRows(kept) = c.w_kp.transpose().cast<float>();
+    RowVectorXf in_bias = RowVectorXf::Zero(e + Rank + kept);
+    if (c.b_q.size() > 0) in_bias.head(e) = c.b_q.cast<float>();
+    w.in = owned({WeightMatrix(std::move(in)), std::move(in_bias)});
     w.q_width = e;
     w.parts = {Rank, kept};
     w.params = c.template mla_params<variant>();

@@ -98,6 +98,19 @@ class WeightMatrix {
       out = float_;
   }
 
+  /// Rows [first, first + n) as a new float (n, cols) matrix: what a weight conversion reads
+  /// (unlike as_float(), nothing is kept).
+  RowMatrixXf float_rows(Eigen::Index first, Eigen::Index n) const {
+    if (is_half_) return half_.middleRows(first, n).cast<float>();
+    return float_.middleRows(first, n);
+  }
+
+  /// Rows [first, first + n) as a new matrix in this one's precision.
+  WeightMatrix rows_copy(Eigen::Index first, Eigen::Index n) const {
+    if (is_half_) return WeightMatrix(HalfMatrix(half_.middleRows(first, n)));
+    return WeightMatrix(RowMatrixXf(float_.middleRows(first, n)));
+  }
+
   /// out (1, d) = row `token`, converted to float. `token` must be in [0, rows()).
   template <class Out>
   void row_into(Eigen::Index token, Out&& out) const {

@@ -48,9 +48,10 @@ inline void check_whisper_architecture(const WhisperDims& d, const std::string& 
     throw ModelError(source + ": " + std::to_string(d.n_mels) + " mel bins; Whisper's front end makes 80 or 128");
 }
 
-// The encoder's layers and the decoder's MLP keep the precision the file stores them in
-// (StoredLinear: float16 stays float16); the decoder's attention weights are float, since its
-// attention policies convert them (self_variants.hpp, cross_attention.hpp).
+// Every linear layer keeps the precision the file stores it in (StoredLinear: float16 stays
+// float16). The decoder's attention policies read theirs in float when they convert them
+// (attention_weights.hpp, self_variants.hpp); the MHA projections they use as they are stay in
+// the file's precision, as the MLP's do.
 struct EncoderBlock {
   LayerNorm attn_ln;
   StoredLinear qkv;       // (3d, d): rows [q; k; v]; the k rows have zero bias
@@ -61,12 +62,12 @@ struct EncoderBlock {
 
 struct DecoderBlock {
   LayerNorm self_ln;
-  Linear self_qkv;  // (3d, d): rows [q; k; v]
-  Linear self_out;
+  StoredLinear self_qkv;  // (3d, d): rows [q; k; v]
+  StoredLinear self_out;
   LayerNorm cross_ln;
-  Linear cross_q;   // (d, d)
-  Linear cross_kv;  // (2d, d): rows [k; v], applied to the encoder output
-  Linear cross_out;
+  StoredLinear cross_q;   // (d, d)
+  StoredLinear cross_kv;  // (2d, d): rows [k; v], applied to the encoder output
+  StoredLinear cross_out;
   LayerNorm mlp_ln;
   StoredLinear fc1, fc2;  // (4d, d), (d, 4d)
 };
@@ -122,18 +123,6 @@ inline StoredLinear stack(const std::vector<StoredLinear>& parts) {
   StoredLinear out{WeightMatrix::stacked(weights), RowVectorXf(rows)};
   Eigen::Index r = 0;
   for (const auto& p : parts) out.bias.segment(r, p.bias.size()) = p.bias, r += p.bias.size();
-  return out;
-}
-inline Linear stack(const std::vector<Linear>& parts) {
-  Eigen::Index rows = 0;
-  for (const auto& p : parts) rows += p.weight.rows();
-  Linear out{RowMatrixXf(rows, parts.front().weight.cols()), RowVectorXf(rows)};
-  Eigen::Index r = 0;
-  for (const auto& p : parts) {
-    out.weight.middleRows(r, p.weight.rows()) = p.weight;
-    out.bias.segment(r, p.bias.size()) = p.bias;
-    r += p.weight.rows();
-  }
   return out;
 }
 
@@ -213,7 +202,6 @@ inline WhisperWeights weights_from_ct2(Ct2ModelBin m) {
   auto bias = [&](const std::string& p, std::int64_t out) {
     return m.contains(p + "/bias") ? vec(p + "/bias", out) : RowVectorXf(RowVectorXf::Zero(out));
   };
-  auto lin = [&](const std::string& p, std::int64_t out, std::int64_t in) { return Linear{mat(p + "/weight", out, in), bias(p, out)}; };
   auto stored_lin = [&](const std::string& p, std::int64_t out, std::int64_t in) {
     return StoredLinear{detail::to_weight_matrix(m.take(p + "/weight", {out, in}), out, in), bias(p, out)};
   };
@@ -235,10 +223,10 @@ inline WhisperWeights weights_from_ct2(Ct2ModelBin m) {
   w.decoder_positions = mat("decoder/position_encodings/encodings", d.n_text_ctx, D);
   for (int i = 0; i < d.n_text_layer; ++i) {
     const std::string p = "decoder/layer_" + std::to_string(i);
-    w.decoder.push_back({ln(p + "/self_attention/layer_norm"), lin(p + "/self_attention/linear_0", 3 * D, D),
-                         lin(p + "/self_attention/linear_1", D, D), ln(p + "/attention/layer_norm"),
-                         lin(p + "/attention/linear_0", D, D), lin(p + "/attention/linear_1", 2 * D, D),
-                         lin(p + "/attention/linear_2", D, D), ln(p + "/ffn/layer_norm"),
+    w.decoder.push_back({ln(p + "/self_attention/layer_norm"), stored_lin(p + "/self_attention/linear_0", 3 * D, D),
+                         stored_lin(p + "/self_attention/linear_1", D, D), ln(p + "/attention/layer_norm"),
+                         stored_lin(p + "/attention/linear_0", D, D), stored_lin(p + "/attention/linear_1", 2 * D, D),
+                         stored_lin(p + "/attention/linear_2", D, D), ln(p + "/ffn/layer_norm"),
                          stored_lin(p + "/ffn/linear_0", 4 * D, D), stored_lin(p + "/ffn/linear_1", D, 4 * D)});
   }
   w.decoder_ln = ln("decoder/layer_norm");
@@ -276,16 +264,10 @@ inline WhisperWeights weights_from_ggml(GgmlModel g) {
   auto bias = [&](const std::string& p, std::int64_t out, bool has_bias) {
     return has_bias ? vec(p + ".bias", out) : RowVectorXf(RowVectorXf::Zero(out));
   };
-  auto lin = [&](const std::string& p, std::int64_t out, std::int64_t in, bool has_bias = true) {
-    return Linear{mat(p + ".weight", out, in), bias(p, out, has_bias)};
-  };
   auto stored_lin = [&](const std::string& p, std::int64_t out, std::int64_t in, bool has_bias = true) {
     return StoredLinear{detail::to_weight_matrix(take(p + ".weight", {out, in}), out, in), bias(p, out, has_bias)};
   };
   auto ln = [&](const std::string& p) { return LayerNorm{vec(p + ".weight", D), vec(p + ".bias", D)}; };
-  auto attn = [&](const std::string& p) {
-    return detail::stack({lin(p + ".query", D, D), lin(p + ".key", D, D, false), lin(p + ".value", D, D)});
-  };
   auto stored_attn = [&](const std::string& p) {
     return detail::stack({stored_lin(p + ".query", D, D), stored_lin(p + ".key", D, D, false), stored_lin(p + ".value", D, D)});
   };
@@ -305,10 +287,10 @@ inline WhisperWeights weights_from_ggml(GgmlModel g) {
   w.decoder_positions = mat("decoder.positional_embedding", d.n_text_ctx, D);
   for (int i = 0; i < d.n_text_layer; ++i) {
     const std::string p = "decoder.blocks." + std::to_string(i);
-    w.decoder.push_back({ln(p + ".attn_ln"), attn(p + ".attn"), lin(p + ".attn.out", D, D), ln(p + ".cross_attn_ln"),
-                         lin(p + ".cross_attn.query", D, D),
-                         detail::stack({lin(p + ".cross_attn.key", D, D, false), lin(p + ".cross_attn.value", D, D)}),
-                         lin(p + ".cross_attn.out", D, D), ln(p + ".mlp_ln"), stored_lin(p + ".mlp.0", 4 * D, D),
+    w.decoder.push_back({ln(p + ".attn_ln"), stored_attn(p + ".attn"), stored_lin(p + ".attn.out", D, D), ln(p + ".cross_attn_ln"),
+                         stored_lin(p + ".cross_attn.query", D, D),
+                         detail::stack({stored_lin(p + ".cross_attn.key", D, D, false), stored_lin(p + ".cross_attn.value", D, D)}),
+                         stored_lin(p + ".cross_attn.out", D, D), ln(p + ".mlp_ln"), stored_lin(p + ".mlp.0", 4 * D, D),
                          stored_lin(p + ".mlp.2", D, 4 * D)});
   }
   w.decoder_ln = ln("decoder.ln");
