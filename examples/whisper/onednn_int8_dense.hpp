@@ -57,20 +57,24 @@ namespace polyattn::whisper {
 
 /// max_j |v_j| / 127: the scale that maps a row's largest magnitude to 127 (0 for a zero row).
 inline float int8_row_scale(const float* v, Eigen::Index n) {
-  float amax = 0.0f;
-  for (Eigen::Index j = 0; j < n; ++j) amax = std::max(amax, std::abs(v[j]));
-  return amax / 127.0f;
+  return n == 0 ? 0.0f : Eigen::Map<const Eigen::ArrayXf>(v, n).abs().maxCoeff() / 127.0f;
 }
 
-/// q_j = round(v_j / scale), in [-127, 127]; all 0 when scale is 0 (a zero row).
+/// q_j = round(v_j / scale) (to nearest, ties to even), in [-127, 127]; all 0 when scale is 0 (a
+/// zero row). In chunks: Eigen rounds a float chunk in vector registers, the compiler narrows it.
 inline void quantize_int8_row(const float* v, Eigen::Index n, float scale, std::int8_t* q) {
   if (scale == 0.0f) {
     std::fill(q, q + n, std::int8_t{0});
     return;
   }
   const float inverse = 1.0f / scale;
-  for (Eigen::Index j = 0; j < n; ++j)
-    q[j] = static_cast<std::int8_t>(std::clamp(std::nearbyint(v[j] * inverse), -127.0f, 127.0f));
+  constexpr Eigen::Index kChunk = 256;
+  alignas(64) float rounded[kChunk];
+  for (Eigen::Index first = 0; first < n; first += kChunk) {
+    const Eigen::Index m = std::min(kChunk, n - first);
+    Eigen::Map<Eigen::ArrayXf>(rounded, m) = (Eigen::Map<const Eigen::ArrayXf>(v + first, m) * inverse).rint().max(-127.0f).min(127.0f);
+    for (Eigen::Index j = 0; j < m; ++j) q[first + j] = static_cast<std::int8_t>(static_cast<int>(rounded[j]));
+  }
 }
 
 class OnednnInt8Dense final : public Dense {
@@ -93,12 +97,18 @@ class OnednnInt8Dense final : public Dense {
     const Eigen::Index n = x.rows(), in = x.cols();
     std::vector<std::int8_t> xq(static_cast<std::size_t>(n * in));  // (n, in) contiguous
     std::vector<float> sx(static_cast<std::size_t>(n));
+    const int threads = Eigen::nbThreads();
+    // Rows of x on the team's threads when there are many (the encoder's 1500), before the
+    // products: every panel reads all of xq.
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (n * in >= (1 << 16))
+#endif
     for (Eigen::Index i = 0; i < n; ++i) {
       const float* row = x.data() + i * x.outerStride();  // a row of x is contiguous whatever its stride
       sx[std::size_t(i)] = int8_row_scale(row, in);
       quantize_int8_row(row, in, sx[std::size_t(i)], xq.data() + i * in);
     }
-    for_each_panel(wq.rows, n, Eigen::nbThreads(), [&](Eigen::Index first, Eigen::Index rows) {
+    for_each_panel(wq.rows, n, threads, [&](Eigen::Index first, Eigen::Index rows) {
 #ifdef _OPENMP
       omp_set_num_threads(1);  // one thread per panel, as onednn_panel_product (onednn_dense.hpp)
 #endif
@@ -108,13 +118,12 @@ class OnednnInt8Dense final : public Dense {
       const dnnl_status_t status = dnnl_gemm_s8s8s32('N', 'T', 'F', n, rows, in, 1.0f, xq.data(), in, 0,
                                                      wq.values.data() + first * in, in, 0, 0.0f, acc.data(), rows, &no_offset);
       if (status != dnnl_success) throw Error(std::string("oneDNN gemm_s8s8s32 failed: ") + dnnl_status2str(status));
+      // y[i, r] = acc[i, r] sx_i sw_r (+ b_r), a row at a time in vector registers.
+      const Eigen::Map<const Eigen::ArrayXf> sw(wq.scales.data() + first, rows);
       for (Eigen::Index i = 0; i < n; ++i) {
-        const float s = sx[std::size_t(i)];
-        for (Eigen::Index r = 0; r < rows; ++r) {
-          float v = float(acc[std::size_t(i * rows + r)]) * s * wq.scales[std::size_t(first + r)];
-          if (bias) v += (*bias)[first + r];
-          y(i, first + r) = v;
-        }
+        auto out = y.row(i).segment(first, rows).array().transpose();
+        out = Eigen::Map<const Eigen::ArrayXi>(acc.data() + i * rows, rows).cast<float>() * sx[std::size_t(i)] * sw;
+        if (bias) out += bias->segment(first, rows).array().transpose();
       }
     });
   }
@@ -138,7 +147,7 @@ class OnednnInt8Dense final : public Dense {
     return {w.float_rows(0, 1)(0, 0), w.float_rows(w.rows() - 1, 1)(0, w.cols() - 1)};
   }
 
-  // W's quantized copy, made at its first use (in panels of kPanelRows rows converted to float).
+  // W's quantized copy, made at its first use.
   const QuantizedWeight& quantized(const WeightMatrix& w) {
     std::lock_guard lock(mutex_);
     auto it = weights_.find(&w);
@@ -155,8 +164,8 @@ class OnednnInt8Dense final : public Dense {
     q->cols = w.cols();
     q->values.resize(std::size_t(q->rows) * std::size_t(q->cols));
     q->scales.resize(std::size_t(q->rows));
-    for (Eigen::Index first = 0; first < q->rows; first += kPanelRows) {
-      const Eigen::Index n = std::min(kPanelRows, q->rows - first);
+    // Panels of kPanelRows rows of W converted to float and quantized on the team's threads.
+    for_each_panel(q->rows, 0, Eigen::nbThreads(), [&](Eigen::Index first, Eigen::Index n) {
       const RowMatrixXf panel = w.float_rows(first, n);
       for (Eigen::Index r = 0; r < n; ++r) {
         const float* row = panel.data() + r * q->cols;
@@ -164,7 +173,7 @@ class OnednnInt8Dense final : public Dense {
         q->scales[std::size_t(first + r)] = scale;
         quantize_int8_row(row, q->cols, scale, q->values.data() + (first + r) * q->cols);
       }
-    }
+    });
     q->probe = probe(w);
     return *weights_.emplace(&w, std::move(q)).first->second;
   }
