@@ -27,9 +27,17 @@
 //
 // The products run in the panel scheme of OnednnDense (weight_matrix.hpp's for_each_panel): one
 // OpenMP team splits W's rows, each panel one oneDNN call on one thread, its int32 block turned
-// into y at once while it is in cache. oneDNN picks its kernel at run time; with AVX512-VNNI or
-// AVX-VNNI the int8 products are exact. (Without VNNI, oneDNN's s8s8 kernels may saturate 16-bit
-// pair sums, an approximation this header has not measured.)
+// into y at once while it is in cache. oneDNN picks its kernel at run time; with AVX512-VNNI (the
+// Xeon measured) the int8 sums are exact. Kernels without VNNI were not checked: their 16-bit
+// intermediate pair sums could saturate.
+//
+// Speed on that Xeon, 2 threads, oneDNN 2.6, stored_affine against OnednnDense's with 1500 rows
+// of x (a window's encoder): in = 1536 (the MLP's fc2) 5.9 -> 1.9 ms; in = 384 (QKV, attention
+// output, fc1) about the same as sgemm (1.0-1.1x), oneDNN's s8s8s32 reaching only about 200
+// Gop/s a thread at that depth against 700 at depth 1536. A decoding step's 1-5 rows: 1.5x
+// faster. The encoder's attention and conv stem stay float32: a 30 s window encodes about 7%
+// faster. Memory: the int8 copies are kept beside the model's float16 weights (about 15 MiB
+// more resident for tiny.en).
 #pragma once
 
 #include <oneapi/dnnl/dnnl.h>
