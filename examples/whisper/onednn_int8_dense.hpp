@@ -35,9 +35,10 @@
 // of x (a window's encoder): in = 1536 (the MLP's fc2) 5.9 -> 1.9 ms; in = 384 (QKV, attention
 // output, fc1) about the same as sgemm (1.0-1.1x), oneDNN's s8s8s32 reaching only about 200
 // Gop/s a thread at that depth against 700 at depth 1536. A decoding step's 1-5 rows: 1.5x
-// faster. The encoder's attention and conv stem stay float32: a 30 s window encodes about 7%
-// faster. Memory: the int8 copies are kept beside the model's float16 weights (about 15 MiB
-// more resident for tiny.en).
+// faster. The encoder's attention and conv stem stay float32: one window encodes 6-7% faster
+// (including the first use's quantization of the weights), five windows of one batch 15%.
+// Memory: the int8 copies are kept beside the model's float16 weights (about 15 MiB more
+// resident for tiny.en).
 #pragma once
 
 #include <oneapi/dnnl/dnnl.h>

@@ -150,8 +150,8 @@ TEST_SUITE("int8") {
 
   // What --compute-type int8 changes on the real model, greedy: on jfk.wav int8 gives float32's
   // tokens (measured; int8 moves every stored product by up to the bound above, so a near tie
-  // between two tokens may flip on other audio: the espeak-ng sentences of test_policies.cpp
-  // change 1 and 3 words of 11 and 14 on this build, reported by the CLI measurements).
+  // between two tokens may flip on other audio: greedy, on two of the four espeak-ng sentences of
+  // test_policies.cpp, int8's text differs from float32's by 1 word of 11 and 3 of 14).
   TEST_CASE("tiny.en, jfk.wav, greedy: the int8 engine gives float32's tokens") {
     const std::string dir = whisper_test::model_dir(), wav = whisper_test::data_file("jfk.wav");
     if (!whisper_test::have_file(dir + "/model.bin") || !whisper_test::have_file(wav)) return;
