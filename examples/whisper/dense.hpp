@@ -3,6 +3,8 @@
 //
 //   EigenDense     Eigen GEMMs on the CPU (this header)
 //   OnednnDense    oneDNN's sgemm on the CPU (onednn_dense.hpp; the CLI's and default_dense())
+//   OnednnInt8Dense  the stored linear layers in int8 on the CPU, the rest as OnednnDense
+//                    (onednn_int8_dense.hpp; the CLI's --compute-type int8)
 //   CublasDense    cuBLAS on a CUDA device (cublas_dense.cuh, nvcc only; --device cuda)
 //
 // Four operations cover the model:

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 
 #include <whisper/backend.hpp>
 #include <whisper/model.hpp>
+#include <whisper/onednn_int8_dense.hpp>
 #include <whisper/audio.hpp>
 #include <whisper/output_formats.hpp>
 
@@ -37,7 +39,7 @@ namespace pw = polyattn::whisper;
                "usage: %s --model DIR|FILE.bin --audio FILE [FILE...] [--device cpu|cuda] [--self NAME] [--cross NAME] "
                "[--threads N] [--batch N] [--beam-size N] [--patience F] [--length-penalty F] [--timestamps on|off]\n"
                "       [--condition-on-previous-text on|off] [--temperature-fallback on|off] [--seed N] [--output-format F[,F...]]\n"
-               "       [--output-dir DIR] [--tokens]\n"
+               "       [--output-dir DIR] [--tokens] [--compute-type float32|int8]\n"
                "       %s [--device cpu|cuda] --list-policies   (one instantiated 'SELF CROSS' pair per line)\n"
                "  DIR: a CTranslate2 Whisper model directory (model.bin, config.json, vocabulary.txt)\n"
                "  FILE.bin: a whisper.cpp ggml model (f32/f16)\n"
@@ -62,7 +64,11 @@ namespace pw = polyattn::whisper;
                "  --seed N: of the samples drawn at temperatures above 0 (default 0): a run repeats exactly\n"
                "  --output-format F[,F...]: also write each transcript as txt, srt, vtt, json or all, named after the audio\n"
                "      file (jfk.wav gives jfk.srt) in --output-dir (default .)\n"
-               "  --tokens: after each transcript, print the sampled token ids as 'FILE:tokens: ID ID ...'\n",
+               "  --tokens: after each transcript, print the sampled token ids as 'FILE:tokens: ID ID ...'\n"
+               "  --compute-type float32|int8: the arithmetic of the stored linear layers (the encoder's, the decoder's MLP and\n"
+               "      self-attention projections). float32 (default): float multiply and add. int8 (--device cpu only): CTranslate2's\n"
+               "      scheme, weights quantized per output row once, activations per row at each product, int32 sums (oneDNN);\n"
+               "      the conv stem, the logits and attention stay float32 (onednn_int8_dense.hpp). bfloat16: not in this build yet\n",
                argv0, argv0, cuda ? "" : "Not in this executable: whisper_cuda (built when nvcc is found) has it.",
                pw::cpu_backend().available_policies().c_str(), cuda_policies.c_str());
   std::exit(2);
@@ -140,6 +146,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> formats;
   std::string output_dir = ".";
   bool print_tokens = false, list_policies = false;
+  std::string compute_type = "float32";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* {
@@ -181,6 +188,8 @@ int main(int argc, char** argv) {
       output_dir = value();
     } else if (a == "--tokens") {
       print_tokens = true;
+    } else if (a == "--compute-type") {
+      compute_type = value();
     } else if (a == "--list-policies") {
       list_policies = true;  // after parsing: for the --device given anywhere on the line
     } else if (a == "--help" || a == "-h") {
@@ -189,6 +198,14 @@ int main(int argc, char** argv) {
       usage(argv[0], "unknown argument '" + a + "'");
     }
   }
+  // Refused before anything is loaded. bfloat16 needs oneDNN's matmul primitive: the BLAS-like
+  // API of oneDNN 2.6 that the CPU engines call has sgemm and the int8 GEMMs only.
+  if (compute_type == "bfloat16")
+    usage(argv[0], "--compute-type bfloat16 is not available in this build yet (float32 or int8)");
+  if (compute_type != "float32" && compute_type != "int8")
+    usage(argv[0], "--compute-type '" + compute_type + "' is not float32 or int8");
+  if (compute_type == "int8" && device != "cpu")
+    usage(argv[0], "--compute-type int8 runs on --device cpu only (the cuBLAS engine multiplies float32)");
   const pw::Backend* backend = nullptr;
   if (device == "cpu") {
     backend = &pw::cpu_backend();
@@ -248,6 +265,13 @@ int main(int argc, char** argv) {
 
 
     pw::TranscribeOptions opt;
+    // float32: the backend's own engine (Backend::transcribe). int8: one engine for this call,
+    // which keeps the quantized weights by address (dense.hpp) as long as the model and decoder live.
+    std::unique_ptr<pw::Dense> int8_engine;
+    if (compute_type == "int8") {
+      int8_engine = std::make_unique<pw::OnednnInt8Dense>();
+      opt.dense = int8_engine.get();
+    }
     opt.batch = batch;
     opt.threads = threads;
     opt.beam_size = beam_size;

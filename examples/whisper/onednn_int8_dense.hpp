@@ -1,0 +1,196 @@
+// OnednnInt8Dense: the CLI's --compute-type int8 on the CPU, CTranslate2's int8 scheme for the
+// model's stored linear layers (Dense::stored_affine, dense.hpp):
+//
+//   W (out, in), quantized once, at its first use, per output row r:
+//     sw_r = max_j |W[r, j]| / 127,  Wq[r, j] = round(W[r, j] / sw_r)  (int8; a zero row: sw_r = 0, Wq 0)
+//   x (n, in), quantized at every call, per row i:
+//     sx_i = max_j |x[i, j]| / 127,  xq[i, j] = round(x[i, j] / sx_i)
+//   y[i, r] = (xq[i] . Wq[r]) sx_i sw_r + b[r],  the dot product in int32 by oneDNN's
+//     dnnl_gemm_s8s8s32 (exact: |xq . Wq| <= 127^2 in < 2^31 for in < 133,000)
+//
+// The stored linear layers are the encoder's (QKV, attention output, MLP), the decoder's MLP and
+// its self-attention projections (those a policy borrows from the model, and a policy's converted
+// ones, which are StoredLinear too). Everything else stays float32, forwarded to an OnednnDense:
+// affine (float weights: the conv stem), logits (the tied output projection, Dense::logits'
+// float16 stream) and bidirectional_attention (the encoder's attention). The projections inside
+// the library's cross-attention are not Dense products: they stay float32 on the policy's executor.
+//
+// Per element, |x.W[r] - y_int8| <= sum_j (|x_j| sw_r / 2 + |W[r, j]| sx / 2 + sx sw_r / 4) plus
+// float rounding (tests/whisper/test_int8_dense.cpp derives it): rounding each operand moves it by
+// at most half its scale, and x W - (x - e_x)(W - e_W) = x e_W + W e_x - e_x e_W.
+//
+// The quantized copy (in bytes plus one float scale per row) is kept by the WeightMatrix's
+// address, as CublasDense keeps its device copies (dense.hpp: a weight stays at its address,
+// unchanged, for the engine's lifetime); a weight of another shape or other values found at a
+// known address is refused rather than multiplied stale. A mutex guards the table: an engine may
+// be shared by threads.
+//
+// The products run in the panel scheme of OnednnDense (weight_matrix.hpp's for_each_panel): one
+// OpenMP team splits W's rows, each panel one oneDNN call on one thread, its int32 block turned
+// into y at once while it is in cache. oneDNN picks its kernel at run time; with AVX512-VNNI (the
+// Xeon measured) the int8 sums are exact. Kernels without VNNI were not checked: their 16-bit
+// intermediate pair sums could saturate.
+//
+// Speed on that Xeon, 2 threads, oneDNN 2.6, stored_affine against OnednnDense's with 1500 rows
+// of x (a window's encoder): in = 1536 (the MLP's fc2) 5.9 -> 1.9 ms; in = 384 (QKV, attention
+// output, fc1) about the same as sgemm (1.0-1.1x), oneDNN's s8s8s32 reaching only about 200
+// Gop/s a thread at that depth against 700 at depth 1536. A decoding step's 1-5 rows: 1.5x
+// faster. The encoder's attention and conv stem stay float32: one window encodes 6-7% faster
+// (including the first use's quantization of the weights), five windows of one batch 15%.
+// Memory: the int8 copies are kept beside the model's float16 weights (about 15 MiB more
+// resident for tiny.en).
+#pragma once
+
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dense.hpp"
+#include "error.hpp"
+#include "onednn_dense.hpp"
+#include "weight_matrix.hpp"
+
+namespace polyattn::whisper {
+
+/// max_j |v_j| / 127: the scale that maps a row's largest magnitude to 127 (0 for a zero row).
+inline float int8_row_scale(const float* v, Eigen::Index n) {
+  return n == 0 ? 0.0f : Eigen::Map<const Eigen::ArrayXf>(v, n).abs().maxCoeff() / 127.0f;
+}
+
+/// q_j = round(v_j / scale) (to nearest, ties to even), in [-127, 127]; all 0 when scale is 0 (a
+/// zero row). In chunks: Eigen rounds a float chunk in vector registers, the compiler narrows it.
+inline void quantize_int8_row(const float* v, Eigen::Index n, float scale, std::int8_t* q) {
+  if (scale == 0.0f) {
+    std::fill(q, q + n, std::int8_t{0});
+    return;
+  }
+  const float inverse = 1.0f / scale;
+  constexpr Eigen::Index kChunk = 256;
+  alignas(64) float rounded[kChunk];
+  for (Eigen::Index first = 0; first < n; first += kChunk) {
+    const Eigen::Index m = std::min(kChunk, n - first);
+    Eigen::Map<Eigen::ArrayXf>(rounded, m) = (Eigen::Map<const Eigen::ArrayXf>(v + first, m) * inverse).rint().max(-127.0f).min(127.0f);
+    for (Eigen::Index j = 0; j < m; ++j) q[first + j] = static_cast<std::int8_t>(static_cast<int>(rounded[j]));
+  }
+}
+
+class OnednnInt8Dense final : public Dense {
+ public:
+  std::string name() const override { return "onednn int8 (CPU)"; }
+  // float32, as OnednnDense computes them.
+  void affine(ConstMatrixRef x, const RowMatrixXf& w, const RowVectorXf* bias, MatrixRef y) override { float32_.affine(x, w, bias, y); }
+  void logits(ConstMatrixRef x, const WeightMatrix& e, MatrixRef y) override { float32_.logits(x, e, y); }
+  RowMatrixXf bidirectional_attention(const RowMatrixXf& qkv, int n_heads) override {
+    return float32_.bidirectional_attention(qkv, n_heads);
+  }
+
+  void stored_affine(ConstMatrixRef x, const WeightMatrix& w, const RowVectorXf* bias, MatrixRef y) override {
+    if (x.cols() != w.cols() || y.rows() != x.rows() || y.cols() != w.rows())
+      throw Error("onednn int8: x (" + std::to_string(x.rows()) + "x" + std::to_string(x.cols()) + ") W^T with W (" +
+                  std::to_string(w.rows()) + "x" + std::to_string(w.cols()) + ") into y (" + std::to_string(y.rows()) + "x" +
+                  std::to_string(y.cols()) + ")");
+    const QuantizedWeight& wq = quantized(w);
+    if (y.size() == 0) return;
+    const Eigen::Index n = x.rows(), in = x.cols();
+    std::vector<std::int8_t> xq(static_cast<std::size_t>(n * in));  // (n, in) contiguous
+    std::vector<float> sx(static_cast<std::size_t>(n));
+    const int threads = Eigen::nbThreads();
+    // Rows of x on the team's threads when there are many (the encoder's 1500), before the
+    // products: every panel reads all of xq.
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (n * in >= (1 << 16))
+#endif
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const float* row = x.data() + i * x.outerStride();  // a row of x is contiguous whatever its stride
+      sx[std::size_t(i)] = int8_row_scale(row, in);
+      quantize_int8_row(row, in, sx[std::size_t(i)], xq.data() + i * in);
+    }
+    for_each_panel(wq.rows, n, threads, [&](Eigen::Index first, Eigen::Index rows) {
+#ifdef _OPENMP
+      omp_set_num_threads(1);  // one thread per panel, as onednn_panel_product (onednn_dense.hpp)
+#endif
+      thread_local std::vector<std::int32_t> acc;  // (n, rows) int32, reused by every call on this thread
+      acc.resize(std::size_t(n) * std::size_t(rows));
+      const std::int32_t no_offset = 0;
+      const dnnl_status_t status = dnnl_gemm_s8s8s32('N', 'T', 'F', n, rows, in, 1.0f, xq.data(), in, 0,
+                                                     wq.values.data() + first * in, in, 0, 0.0f, acc.data(), rows, &no_offset);
+      if (status != dnnl_success) throw Error(std::string("oneDNN gemm_s8s8s32 failed: ") + dnnl_status2str(status));
+      // y[i, r] = acc[i, r] sx_i sw_r (+ b_r), a row at a time in vector registers.
+      const Eigen::Map<const Eigen::ArrayXf> sw(wq.scales.data() + first, rows);
+      for (Eigen::Index i = 0; i < n; ++i) {
+        auto out = y.row(i).segment(first, rows).array().transpose();
+        out = Eigen::Map<const Eigen::ArrayXi>(acc.data() + i * rows, rows).cast<float>() * sx[std::size_t(i)] * sw;
+        if (bias) out += bias->segment(first, rows).array().transpose();
+      }
+    });
+  }
+
+  /// Weights quantized so far (one per stored linear layer used).
+  std::size_t quantized_weights() const {
+    std::lock_guard lock(mutex_);
+    return weights_.size();
+  }
+
+ private:
+  struct QuantizedWeight {
+    Eigen::Index rows = 0, cols = 0;
+    std::vector<std::int8_t> values;  // (rows, cols) row-major
+    std::vector<float> scales;        // (rows): sw_r
+    std::vector<float> probe;         // W's first and last values: a reused address with other values is refused
+  };
+
+  static std::vector<float> probe(const WeightMatrix& w) {
+    if (w.rows() == 0 || w.cols() == 0) return {};
+    return {w.float_rows(0, 1)(0, 0), w.float_rows(w.rows() - 1, 1)(0, w.cols() - 1)};
+  }
+
+  // W's quantized copy, made at its first use.
+  const QuantizedWeight& quantized(const WeightMatrix& w) {
+    std::lock_guard lock(mutex_);
+    auto it = weights_.find(&w);
+    if (it != weights_.end()) {
+      const QuantizedWeight& q = *it->second;
+      if (q.rows != w.rows() || q.cols != w.cols() || q.probe != probe(w))
+        throw Error("onednn int8: the weight at a known address changed (now " + std::to_string(w.rows()) + "x" +
+                    std::to_string(w.cols()) + ", was " + std::to_string(q.rows) + "x" + std::to_string(q.cols) +
+                    "): weights must outlive the engine unchanged (dense.hpp); use one engine per model and decoder");
+      return q;
+    }
+    auto q = std::make_unique<QuantizedWeight>();
+    q->rows = w.rows();
+    q->cols = w.cols();
+    q->values.resize(std::size_t(q->rows) * std::size_t(q->cols));
+    q->scales.resize(std::size_t(q->rows));
+    // Panels of kPanelRows rows of W converted to float and quantized on the team's threads.
+    for_each_panel(q->rows, 0, Eigen::nbThreads(), [&](Eigen::Index first, Eigen::Index n) {
+      const RowMatrixXf panel = w.float_rows(first, n);
+      for (Eigen::Index r = 0; r < n; ++r) {
+        const float* row = panel.data() + r * q->cols;
+        const float scale = int8_row_scale(row, q->cols);
+        q->scales[std::size_t(first + r)] = scale;
+        quantize_int8_row(row, q->cols, scale, q->values.data() + (first + r) * q->cols);
+      }
+    });
+    q->probe = probe(w);
+    return *weights_.emplace(&w, std::move(q)).first->second;
+  }
+
+  OnednnDense float32_;  // the products that stay float32
+  mutable std::mutex mutex_;
+  // unique_ptr: a copy keeps its address while the table grows, for the callers still using it.
+  std::unordered_map<const WeightMatrix*, std::unique_ptr<const QuantizedWeight>> weights_;
+};
+
+}  // namespace polyattn::whisper

@@ -1,0 +1,171 @@
+// OnednnInt8Dense (examples/whisper/onednn_int8_dense.hpp): its stored linear layers against a
+// double oracle under the error bound that int8 quantization allows, and its quantized copies,
+// made once per weight and kept by address.
+#include <doctest/doctest.h>
+
+#include <whisper/audio.hpp>
+#include <whisper/model.hpp>
+#include <whisper/onednn_int8_dense.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "dense_engine_checks.hpp"
+#include "test_util.hpp"
+
+using namespace polyattn::whisper;
+using whisper_test::random_matrix;
+using whisper_test::Rng;
+using whisper_test::RowMatrixXd;
+
+namespace {
+
+// The bound on |x W[r]^T + b_r - y_int8[i, r]| (y by OnednnInt8Dense::stored_affine), derived:
+//
+// Quantization. A row v with scale s = fl(max|v| / 127) is stored as q_j = round(fl(v_j fl(1/s))),
+// and fl(v_j fl(1/s)) = (v_j / s)(1 + d), |d| <= 2u + u^2, with |v_j / s| <= 127 (1 + u): so
+// |v_j - s q_j| <= s (1/2 + 255 u) =: h (no clamping occurs; a zero row has s = 0, q = 0, h = 0).
+// With e_x = x - sx qx and e_w = w - sw qw (|e_x| <= hx, |e_w| <= hw), the int32 sum is exact and
+//   x.w - sx sw (qx.qw) = sum_j (x_j e_w,j + w_j e_x,j - e_x,j e_w,j)
+//   |...| <= sum_j (|x_j| hw + |w_j| hx + hx hw) =: Q,
+// which is the brief's sum_j (|x_j| sw/2 + |w_j| sx/2 + sx sw/4) with each half-scale widened by
+// the 255 u of the division's rounding.
+//
+// Float rounding. y = fl(fl(fl(float(acc)) sx) sw) + b: three roundings of a value whose size is
+// |sx sw acc| <= |x|.|w| + Q (relative (1 + u)^3 - 1 < 3.01 u), then the bias addition
+// (u (|v| + |b|)). In all <= 4.02 u (|x|.|w| + Q + |b|); 5 u leaves the oracle's double sums
+// (2^-53 per term) room without being a tolerance chosen to pass.
+RowMatrixXd int8_affine_bound(const RowMatrixXf& x, const RowMatrixXf& w, const RowVectorXf* bias) {
+  const double u = std::ldexp(1.0, -24);
+  RowMatrixXd bound(x.rows(), w.rows());
+  for (Eigen::Index i = 0; i < x.rows(); ++i) {
+    const double hx = double(x.row(i).cwiseAbs().maxCoeff() / 127.0f) * (0.5 + 255.0 * u);
+    for (Eigen::Index r = 0; r < w.rows(); ++r) {
+      const double hw = double(w.row(r).cwiseAbs().maxCoeff() / 127.0f) * (0.5 + 255.0 * u);
+      double q = 0, magnitude = 0;
+      for (Eigen::Index j = 0; j < x.cols(); ++j) {
+        const double xj = std::abs(double(x(i, j))), wj = std::abs(double(w(r, j)));
+        q += xj * hw + wj * hx + hx * hw;
+        magnitude += xj * wj;
+      }
+      const double b = bias ? std::abs(double((*bias)[r])) : 0.0;
+      bound(i, r) = q + 5.0 * u * (magnitude + q + b);
+    }
+  }
+  return bound;
+}
+
+// y (written into a row block of a NaN-filled matrix) against the double oracle x W^T + b.
+void check_int8_linear(OnednnInt8Dense& engine, const RowMatrixXf& x, const StoredLinear& l) {
+  const RowMatrixXf& w = l.weight.as_float();  // a float16 weight's values, exact in float
+  RowMatrixXf out = RowMatrixXf::Constant(x.rows(), w.rows() + 5, std::numeric_limits<float>::quiet_NaN());
+  engine.linear_into(x, l, out.middleCols(2, w.rows()));
+  CHECK(out.leftCols(2).array().isNaN().all());
+  CHECK(out.rightCols(3).array().isNaN().all());
+  RowMatrixXd want = x.cast<double>() * w.cast<double>().transpose();
+  want.rowwise() += l.bias.cast<double>();
+  const RowMatrixXd error = (out.middleCols(2, w.rows()).cast<double>() - want).cwiseAbs();
+  const RowMatrixXd bound = int8_affine_bound(x, w, &l.bias);
+  CHECK((error.array() <= bound.array()).all());
+  // Int8 is not float32 in disguise: the errors are there, and the bound is not far above them.
+  CHECK(error.maxCoeff() > 0.0);
+  MESSAGE("rows " << x.rows() << ": largest error / bound " << (error.array() / bound.array().max(1e-30)).maxCoeff());
+}
+
+}  // namespace
+
+TEST_SUITE("int8") {
+  TEST_CASE("int8 stored linears: within the quantization bound of the exact product, float16 and float32 weights, odd shapes") {
+    Rng rng(14);
+    // 303 rows of W: two whole panels and a partial one (kPanelRows = 128), not a multiple of 16;
+    // 37 columns, not a whole vector. Row 17 of W is zero (scale 0: no division by zero).
+    RowMatrixXf values = random_matrix(rng, 2 * kPanelRows + 47, 37);
+    values.row(17).setZero();
+    const RowVectorXf bias = random_matrix(rng, 1, values.rows());
+    const StoredLinear f32{WeightMatrix(values), bias}, f16{WeightMatrix(WeightMatrix::HalfMatrix(values.cast<Eigen::half>())), bias};
+    OnednnInt8Dense engine;
+    CHECK(engine.name() == "onednn int8 (CPU)");
+    for (const StoredLinear* l : {&f32, &f16}) {
+      INFO((l->weight.is_half() ? "float16" : "float32"));
+      // 1 and 5 rows of x: panels of kPanelRows rows of W; 300 rows: a tall x, panels of rows / threads.
+      for (Eigen::Index rows : {1, 5, 300}) {
+        INFO("rows " << rows);
+        RowMatrixXf x = random_matrix(rng, rows, values.cols());
+        if (rows > 1) x.row(rows / 2).setZero();  // a zero row of x gives the bias alone
+        check_int8_linear(engine, x, *l);
+        if (rows > 1) {
+          RowMatrixXf y(rows, values.rows());
+          engine.linear_into(x, *l, y);
+          CHECK(y.row(rows / 2) == bias);
+        }
+      }
+      // Scale varies by row: a row of x whose magnitudes span 1e-3 .. 1e3 rounds its small values to 0.
+      RowMatrixXf wide = random_matrix(rng, 3, values.cols());
+      for (Eigen::Index j = 0; j < wide.cols(); ++j) wide(1, j) *= std::pow(10.0f, float(j % 7) - 3.0f);
+      check_int8_linear(engine, wide, *l);
+    }
+    CHECK(engine.quantized_weights() == 2);
+  }
+
+  TEST_CASE("int8 stored linears: each weight is quantized once and found again by its address") {
+    Rng rng(15);
+    const RowMatrixXf values = random_matrix(rng, 40, 24);
+    StoredLinear l{WeightMatrix(values), random_matrix(rng, 1, 40)};
+    OnednnInt8Dense engine;
+    const RowMatrixXf x = random_matrix(rng, 6, 24);
+    const RowMatrixXf first = engine.linear(x, l);
+    CHECK(engine.quantized_weights() == 1);
+    CHECK(engine.linear(x, l) == first);  // the same copy: the same result, bit for bit
+    CHECK(engine.quantized_weights() == 1);
+    // Another weight with equal values is another entry; its results are the same.
+    const StoredLinear copy = l;
+    CHECK(engine.linear(x, copy) == first);
+    CHECK(engine.quantized_weights() == 2);
+    // A weight changed at a known address is refused, never multiplied with the stale copy.
+    l.weight = WeightMatrix(RowMatrixXf(values * 2.0f));
+    CHECK_THROWS_WITH_AS(engine.linear(x, l), doctest::Contains("the weight at a known address changed"), Error);
+    // Bad shapes are refused before anything is quantized.
+    RowMatrixXf narrow(6, 39);
+    CHECK_THROWS_WITH_AS(engine.stored_affine(x, copy.weight, nullptr, narrow), doctest::Contains("into y (6x39)"), Error);
+    CHECK(engine.quantized_weights() == 2);
+  }
+
+  TEST_CASE("int8 engine: the conv stem, logits and encoder attention stay float32, as OnednnDense computes them") {
+    Rng rng(16);
+    OnednnInt8Dense int8;
+    OnednnDense float32;
+    const RowMatrixXf x = random_matrix(rng, 9, 12);
+    const RowMatrixXf w = random_matrix(rng, 6, 12);
+    const RowVectorXf b = random_matrix(rng, 1, 6);
+    const Linear l{w, b};
+    CHECK(int8.linear(x, l) == float32.linear(x, l));
+    const WeightMatrix e(WeightMatrix::HalfMatrix(random_matrix(rng, 70, 16).cast<Eigen::half>()));
+    const RowMatrixXf x16 = random_matrix(rng, 2, 16);
+    CHECK(int8.project(x16, e) == float32.project(x16, e));
+    const RowMatrixXf qkv = random_matrix(rng, 11, 3 * 16);
+    CHECK(int8.bidirectional_attention(qkv, 2) == float32.bidirectional_attention(qkv, 2));
+    CHECK(int8.quantized_weights() == 0);
+  }
+
+  // What --compute-type int8 changes on the real model, greedy: on jfk.wav int8 gives float32's
+  // tokens (measured; int8 moves every stored product by up to the bound above, so a near tie
+  // between two tokens may flip on other audio: greedy, on two of the four espeak-ng sentences of
+  // test_policies.cpp, int8's text differs from float32's by 1 word of 11 and 3 of 14).
+  TEST_CASE("tiny.en, jfk.wav, greedy: the int8 engine gives float32's tokens") {
+    const std::string dir = whisper_test::model_dir(), wav = whisper_test::data_file("jfk.wav");
+    if (!whisper_test::have_file(dir + "/model.bin") || !whisper_test::have_file(wav)) return;
+    const WhisperModel model = WhisperModel::load_ct2(dir);
+    const std::vector<std::vector<float>> jfk{load_audio_16k_mono(wav)};
+    OnednnInt8Dense int8;
+    const Transcription float32 = model.transcribe(std::span<const std::vector<float>>(jfk), {.batch = 1, .threads = 2});
+    const Transcription quantized = model.transcribe(std::span<const std::vector<float>>(jfk), {.batch = 1, .threads = 2, .dense = &int8});
+    CHECK(float32.report.dense == "onednn (CPU)");
+    CHECK(quantized.report.dense == "onednn int8 (CPU)");
+    CHECK(quantized.files[0].tokens == float32.files[0].tokens);
+    // The encoder's 16 stored linears (4 layers of QKV, output, fc1, fc2) and the decoder's 16
+    // (4 layers of self-attention input and output projections, fc1, fc2); not the conv stem,
+    // the logits or the cross-attention's projections.
+    CHECK(int8.quantized_weights() == 32);
+  }
+}
