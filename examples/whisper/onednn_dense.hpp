@@ -38,7 +38,7 @@ inline void onednn_panel_product(ConstMatrixRef x, ConstMatrixRef panel, MatrixR
   if (status != dnnl_success) throw Error(std::string("oneDNN sgemm failed: ") + dnnl_status2str(status));
 }
 
-class OnednnDense final : public Dense {
+class OnednnDense : public Dense {
  public:
   std::string name() const override { return "onednn (CPU)"; }
   void affine(ConstMatrixRef x, const RowMatrixXf& w, const RowVectorXf* bias, MatrixRef y) override {

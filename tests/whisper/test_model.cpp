@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <whisper/model.hpp>
+#include <whisper/onednn_bf16_dense.hpp>
 #include <whisper/policies.hpp>
 #include <whisper/audio.hpp>
 
@@ -37,6 +38,72 @@ TEST_SUITE("model") {
     whisper_test::check_dense_engine(engine);
     CHECK(&default_dense() != &engine);
     CHECK(default_dense().name() == engine.name());  // the engine of every call that names none
+  }
+
+  TEST_CASE("the oneDNN bfloat16 engine: stored linears within bfloat16's rounding, everything else as float32") {
+    using whisper_test::RowMatrixXd;
+    OnednnBf16Dense engine;
+    whisper_test::Rng rng(23);
+    const double u = std::ldexp(1.0, -24), u_bf16 = std::ldexp(1.0, -8);
+    // W of 300 + 37 rows and 40 columns (no multiple of a vector width), float32 and float16, with
+    // a zero row; x of 1, 5 and 300 rows with a zero row.
+    RowMatrixXf values = whisper_test::random_matrix(rng, 337, 40);
+    values.row(3).setZero();
+    const RowVectorXf bias = whisper_test::random_matrix(rng, 1, values.rows());
+    const WeightMatrix f32(values), f16(WeightMatrix::HalfMatrix(values.cast<Eigen::half>()));
+    for (const WeightMatrix* w : {&f32, &f16}) {
+      INFO((w->is_half() ? "float16" : "float32"));
+      const RowMatrixXd exact_w = w->float_rows(0, w->rows()).cast<double>();
+      const RowMatrixXd rounded_w = w->float_rows(0, w->rows()).cast<Eigen::bfloat16>().cast<double>();
+      CHECK(engine.rounded(*w).cast<double>() == rounded_w);
+      for (Eigen::Index rows : {1, 5, 300}) {
+        INFO("rows " << rows);
+        RowMatrixXf x = whisper_test::random_matrix(rng, rows, 40);
+        x.row(rows / 2).setZero();
+        RowMatrixXf out = RowMatrixXf::Constant(rows, values.rows() + 5, std::numeric_limits<float>::quiet_NaN());
+        engine.stored_affine(x, *w, &bias, out.middleCols(2, values.rows()));
+        CHECK(out.leftCols(2).array().isNaN().all());
+        CHECK(out.rightCols(3).array().isNaN().all());
+        const RowMatrixXd got = out.middleCols(2, values.rows()).cast<double>();
+        const double k = double(x.cols());
+        // The operands each rounded to nearest bfloat16, their products exact in float (8 x 8
+        // significand bits), summed in float in any order, then the bias added:
+        // |got - (x~ W~^T + b)| <= (k + 2) u (|x~| |W~|^T + |b|).
+        const RowMatrixXd rounded_x = x.cast<Eigen::bfloat16>().cast<double>();
+        RowMatrixXd want = rounded_x * rounded_w.transpose(), scale = rounded_x.cwiseAbs() * rounded_w.cwiseAbs().transpose();
+        want.rowwise() += bias.cast<double>();
+        scale.rowwise() += bias.cast<double>().cwiseAbs();
+        CHECK(((got - want).cwiseAbs().array() <= ((k + 2) * u * scale).array()).all());
+        // Against float32's operands: each product off by at most (2 u_bf16 + u_bf16^2) |x w|,
+        // then float's sum: |got - (x W^T + b)| <= (2 u_bf16 + u_bf16^2 + (k + 2) u (1 + 2 u_bf16)^2) (|x| |W|^T + |b|).
+        RowMatrixXd want32 = x.cast<double>() * exact_w.transpose(), scale32 = x.cast<double>().cwiseAbs() * exact_w.cwiseAbs().transpose();
+        want32.rowwise() += bias.cast<double>();
+        scale32.rowwise() += bias.cast<double>().cwiseAbs();
+        const double factor = 2 * u_bf16 + u_bf16 * u_bf16 + (k + 2) * u * (1 + 2 * u_bf16) * (1 + 2 * u_bf16);
+        CHECK(((got - want32).cwiseAbs().array() <= (factor * scale32).array()).all());
+        CHECK(got.row(rows / 2) == bias.cast<double>());  // a zero row of x gives the bias exactly
+        CHECK(got.col(3) == RowMatrixXd::Constant(rows, 1, bias(3)));  // so does a zero row of W
+        // A second call reuses the rounded weights: the same result.
+        RowMatrixXf again(rows, values.rows());
+        engine.stored_affine(x, *w, &bias, again);
+        CHECK(again == out.middleCols(2, values.rows()));
+      }
+    }
+    // A different weight at a known address is refused, not silently multiplied by the old copy.
+    WeightMatrix moving(RowMatrixXf(whisper_test::random_matrix(rng, 4, 40)));
+    engine.rounded(moving);
+    moving = WeightMatrix(RowMatrixXf(whisper_test::random_matrix(rng, 5, 40)));
+    CHECK_THROWS_WITH_AS(engine.rounded(moving), doctest::Contains("different weight"), Error);
+    // Float weights (the conv stem) and the logits stay float32: OnednnDense's results, bit for bit.
+    OnednnDense float32;
+    const RowMatrixXf x = whisper_test::random_matrix(rng, 7, 40);
+    RowMatrixXf a(7, values.rows()), b(7, values.rows());
+    engine.affine(x, values, &bias, a);
+    float32.affine(x, values, &bias, b);
+    CHECK(a == b);
+    engine.project_into(x, f16, a);
+    float32.project_into(x, f16, b);
+    CHECK(a == b);
   }
 
   TEST_CASE("tiny.en: weights, encoder positions, jfk.wav transcript") {
