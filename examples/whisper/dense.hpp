@@ -5,6 +5,7 @@
 //   OnednnDense    oneDNN's sgemm on the CPU (onednn_dense.hpp; the CLI's and default_dense())
 //   OnednnInt8Dense  the stored linear layers in int8 on the CPU, the rest as OnednnDense
 //                    (onednn_int8_dense.hpp; the CLI's --compute-type int8)
+//   OnednnBf16Dense  the same in bfloat16 (onednn_bf16_dense.hpp; --compute-type bfloat16)
 //   CublasDense    cuBLAS on a CUDA device (cublas_dense.cuh, nvcc only; --device cuda)
 //
 // Four operations cover the model:

@@ -21,6 +21,7 @@
 
 #include <whisper/backend.hpp>
 #include <whisper/model.hpp>
+#include <whisper/onednn_bf16_dense.hpp>
 #include <whisper/onednn_int8_dense.hpp>
 #include <whisper/audio.hpp>
 #include <whisper/output_formats.hpp>
@@ -39,7 +40,7 @@ namespace pw = polyattn::whisper;
                "usage: %s --model DIR|FILE.bin --audio FILE [FILE...] [--device cpu|cuda] [--self NAME] [--cross NAME] "
                "[--threads N] [--batch N] [--beam-size N] [--patience F] [--length-penalty F] [--timestamps on|off]\n"
                "       [--condition-on-previous-text on|off] [--temperature-fallback on|off] [--seed N] [--output-format F[,F...]]\n"
-               "       [--output-dir DIR] [--tokens] [--compute-type float32|int8]\n"
+               "       [--output-dir DIR] [--tokens] [--compute-type float32|bfloat16|int8]\n"
                "       %s [--device cpu|cuda] --list-policies   (one instantiated 'SELF CROSS' pair per line)\n"
                "  DIR: a CTranslate2 Whisper model directory (model.bin, config.json, vocabulary.txt)\n"
                "  FILE.bin: a whisper.cpp ggml model (f32/f16)\n"
@@ -65,10 +66,12 @@ namespace pw = polyattn::whisper;
                "  --output-format F[,F...]: also write each transcript as txt, srt, vtt, json or all, named after the audio\n"
                "      file (jfk.wav gives jfk.srt) in --output-dir (default .)\n"
                "  --tokens: after each transcript, print the sampled token ids as 'FILE:tokens: ID ID ...'\n"
-               "  --compute-type float32|int8: the arithmetic of the stored linear layers (the encoder's, the decoder's MLP and\n"
-               "      self-attention projections). float32 (default): float multiply and add. int8 (--device cpu only): CTranslate2's\n"
-               "      scheme, weights quantized per output row once, activations per row at each product, int32 sums (oneDNN);\n"
-               "      the conv stem, the logits and attention stay float32 (onednn_int8_dense.hpp). bfloat16: not in this build yet\n",
+               "  --compute-type float32|bfloat16|int8: the arithmetic of the stored linear layers (the encoder's, the decoder's\n"
+               "      MLP and self-attention projections). float32 (default): float multiply and add. bfloat16 (--device cpu only):\n"
+               "      weights and activations rounded to bfloat16, float sums (oneDNN's matmul: AMX or AVX512-BF16 where the CPU\n"
+               "      has them). int8 (--device cpu only): CTranslate2's scheme, weights quantized per output row once, activations\n"
+               "      per row at each product, int32 sums (oneDNN). Either way the conv stem, the logits and attention stay float32\n"
+               "      (onednn_bf16_dense.hpp, onednn_int8_dense.hpp)\n",
                argv0, argv0, cuda ? "" : "Not in this executable: whisper_cuda (built when nvcc is found) has it.",
                pw::cpu_backend().available_policies().c_str(), cuda_policies.c_str());
   std::exit(2);
@@ -198,14 +201,11 @@ int main(int argc, char** argv) {
       usage(argv[0], "unknown argument '" + a + "'");
     }
   }
-  // Refused before anything is loaded. bfloat16 needs oneDNN's matmul primitive: the BLAS-like
-  // API of oneDNN 2.6 that the CPU engines call has sgemm and the int8 GEMMs only.
-  if (compute_type == "bfloat16")
-    usage(argv[0], "--compute-type bfloat16 is not available in this build yet (float32 or int8)");
-  if (compute_type != "float32" && compute_type != "int8")
-    usage(argv[0], "--compute-type '" + compute_type + "' is not float32 or int8");
-  if (compute_type == "int8" && device != "cpu")
-    usage(argv[0], "--compute-type int8 runs on --device cpu only (the cuBLAS engine multiplies float32)");
+  // Refused before anything is loaded.
+  if (compute_type != "float32" && compute_type != "bfloat16" && compute_type != "int8")
+    usage(argv[0], "--compute-type '" + compute_type + "' is not float32, bfloat16 or int8");
+  if (compute_type != "float32" && device != "cpu")
+    usage(argv[0], "--compute-type " + compute_type + " runs on --device cpu only (the cuBLAS engine multiplies float32)");
   const pw::Backend* backend = nullptr;
   if (device == "cpu") {
     backend = &pw::cpu_backend();
@@ -265,13 +265,12 @@ int main(int argc, char** argv) {
 
 
     pw::TranscribeOptions opt;
-    // float32: the backend's own engine (Backend::transcribe). int8: one engine for this call,
-    // which keeps the quantized weights by address (dense.hpp) as long as the model and decoder live.
-    std::unique_ptr<pw::Dense> int8_engine;
-    if (compute_type == "int8") {
-      int8_engine = std::make_unique<pw::OnednnInt8Dense>();
-      opt.dense = int8_engine.get();
-    }
+    // float32: the backend's own engine (Backend::transcribe). bfloat16, int8: one engine for this
+    // call, which keeps the rounded weights by address (dense.hpp) as long as the model and decoder live.
+    std::unique_ptr<pw::Dense> engine;
+    if (compute_type == "bfloat16") engine = std::make_unique<pw::OnednnBf16Dense>();
+    if (compute_type == "int8") engine = std::make_unique<pw::OnednnInt8Dense>();
+    opt.dense = engine.get();
     opt.batch = batch;
     opt.threads = threads;
     opt.beam_size = beam_size;
