@@ -106,6 +106,22 @@ TEST_SUITE("model") {
     CHECK(a == b);
   }
 
+  // What --compute-type bfloat16 changes on the real model: on jfk.wav nothing (measured; the
+  // rounding moves every stored product by up to the bound above, so a near tie may flip on other
+  // audio: greedy, one word of 11 on one of the four espeak-ng sentences, examples/whisper/README.md).
+  TEST_CASE("tiny.en, jfk.wav: the bfloat16 engine gives float32's tokens") {
+    const std::string dir = whisper_test::model_dir(), wav = whisper_test::data_file("jfk.wav");
+    if (!whisper_test::have_file(dir + "/model.bin") || !whisper_test::have_file(wav)) return;
+    if (whisper_test::kSanitizerSubset) return;  // as the int8 engine's test (test_int8_dense.cpp)
+    const WhisperModel model = WhisperModel::load_ct2(dir);
+    const std::vector<std::vector<float>> jfk{load_audio_16k_mono(wav)};
+    OnednnBf16Dense bf16;
+    const Transcription float32 = model.transcribe(std::span<const std::vector<float>>(jfk), {.batch = 1, .threads = 2});
+    const Transcription rounded = model.transcribe(std::span<const std::vector<float>>(jfk), {.batch = 1, .threads = 2, .dense = &bf16});
+    CHECK(rounded.report.dense == "onednn bfloat16 (CPU)");
+    CHECK(rounded.files[0].tokens == float32.files[0].tokens);
+  }
+
   TEST_CASE("tiny.en: weights, encoder positions, jfk.wav transcript") {
     const std::string dir = whisper_test::model_dir();
     const std::string wav = whisper_test::data_file("jfk.wav");
