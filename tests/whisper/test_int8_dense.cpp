@@ -12,7 +12,6 @@
 #include <limits>
 
 #include "dense_engine_checks.hpp"
-#include "sanitizer_subset.hpp"
 #include "test_util.hpp"
 
 using namespace polyattn::whisper;
@@ -147,29 +146,5 @@ TEST_SUITE("int8") {
     const RowMatrixXf qkv = random_matrix(rng, 11, 3 * 16);
     CHECK(int8.bidirectional_attention(qkv, 2) == float32.bidirectional_attention(qkv, 2));
     CHECK(int8.quantized_weights() == 0);
-  }
-
-  // What --compute-type int8 changes on the real model, greedy: on jfk.wav int8 gives float32's
-  // tokens (measured; int8 moves every stored product by up to the bound above, so a near tie
-  // between two tokens may flip on other audio: greedy, on two of the four espeak-ng sentences of
-  // test_policies.cpp, int8's text differs from float32's by 1 word of 11 and 3 of 14).
-  TEST_CASE("tiny.en, jfk.wav, greedy: the int8 engine gives float32's tokens") {
-    const std::string dir = whisper_test::model_dir(), wav = whisper_test::data_file("jfk.wav");
-    if (!whisper_test::have_file(dir + "/model.bin") || !whisper_test::have_file(wav)) return;
-    // Under the sanitizers the engine's code runs in the synthetic cases above; two windows of
-    // beam search would take a minute there (sanitizer_subset.hpp).
-    if (whisper_test::kSanitizerSubset) return;
-    const WhisperModel model = WhisperModel::load_ct2(dir);
-    const std::vector<std::vector<float>> jfk{load_audio_16k_mono(wav)};
-    OnednnInt8Dense int8;
-    const Transcription float32 = model.transcribe(std::span<const std::vector<float>>(jfk), {.batch = 1, .threads = 2});
-    const Transcription quantized = model.transcribe(std::span<const std::vector<float>>(jfk), {.batch = 1, .threads = 2, .dense = &int8});
-    CHECK(float32.report.dense == "onednn (CPU)");
-    CHECK(quantized.report.dense == "onednn int8 (CPU)");
-    CHECK(quantized.files[0].tokens == float32.files[0].tokens);
-    // The encoder's 16 stored linears (4 layers of QKV, output, fc1, fc2) and the decoder's 16
-    // (4 layers of self-attention input and output projections, fc1, fc2); not the conv stem,
-    // the logits or the cross-attention's projections.
-    CHECK(int8.quantized_weights() == 32);
   }
 }
