@@ -124,10 +124,10 @@ class Dense {
     logits(x, e, y);
   }
 
- private:
-  std::unique_ptr<exec::CpuSimd> cpu_;  // bidirectional_attention's executor, made on first use
-
-  // Every engine may assume these: x (n, in), W (out, in), b (out) or none, y (n, out).
+ protected:
+  // Every engine may assume these: x (n, in), W (out, in), b (out) or none, y (n, out). The
+  // public products check them; an engine whose stored_affine does not end in W's own checked
+  // product (WeightMatrix::project) checks them there too, since it may be called directly.
   static void check_shapes(ConstMatrixRef x, Eigen::Index w_rows, Eigen::Index w_cols, const RowVectorXf* bias, ConstMatrixRef y) {
     if (x.cols() != w_cols || y.rows() != x.rows() || y.cols() != w_rows)
       throw Error("dense: x (" + std::to_string(x.rows()) + "x" + std::to_string(x.cols()) + ") W^T with W (" +
@@ -136,6 +136,9 @@ class Dense {
     if (bias && bias->size() != w_rows)
       throw Error("dense: bias of " + std::to_string(bias->size()) + " for " + std::to_string(w_rows) + " outputs");
   }
+
+ private:
+  std::unique_ptr<exec::CpuSimd> cpu_;  // bidirectional_attention's executor, made on first use
 };
 
 // Eigen on the CPU; threads: Eigen's (OpenMP) global setting.

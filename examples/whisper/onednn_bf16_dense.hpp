@@ -50,6 +50,7 @@ class OnednnBf16Dense final : public OnednnDense {
   std::string name() const override { return "onednn bfloat16 (CPU)"; }
 
   void stored_affine(ConstMatrixRef x, const WeightMatrix& w, const RowVectorXf* bias, MatrixRef y) override {
+    check_shapes(x, w.rows(), w.cols(), bias, y);  // the matmul's descriptors take K from x, N from W
     if (y.size() == 0) return;
     const Bf16Matrix& wb = rounded(w);
     const Bf16Matrix xb = x.cast<Eigen::bfloat16>();  // (n, in), rounded to nearest even

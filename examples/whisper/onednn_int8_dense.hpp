@@ -10,7 +10,7 @@
 //
 // The stored linear layers are the encoder's (QKV, attention output, MLP), the decoder's MLP and
 // its self-attention projections (those a policy borrows from the model, and a policy's converted
-// ones, which are StoredLinear too). Everything else stays float32, forwarded to an OnednnDense:
+// ones, which are StoredLinear too). Everything else stays float32, inherited from OnednnDense:
 // affine (float weights: the conv stem), logits (the tied output projection, Dense::logits'
 // float16 stream) and bidirectional_attention (the encoder's attention). The projections inside
 // the library's cross-attention are not Dense products: they stay float32 on the policy's executor.
@@ -86,21 +86,13 @@ inline void quantize_int8_row(const float* v, Eigen::Index n, float scale, std::
   }
 }
 
-class OnednnInt8Dense final : public Dense {
+// affine, logits and bidirectional_attention are OnednnDense's: float32.
+class OnednnInt8Dense final : public OnednnDense {
  public:
   std::string name() const override { return "onednn int8 (CPU)"; }
-  // float32, as OnednnDense computes them.
-  void affine(ConstMatrixRef x, const RowMatrixXf& w, const RowVectorXf* bias, MatrixRef y) override { float32_.affine(x, w, bias, y); }
-  void logits(ConstMatrixRef x, const WeightMatrix& e, MatrixRef y) override { float32_.logits(x, e, y); }
-  RowMatrixXf bidirectional_attention(const RowMatrixXf& qkv, int n_heads) override {
-    return float32_.bidirectional_attention(qkv, n_heads);
-  }
 
   void stored_affine(ConstMatrixRef x, const WeightMatrix& w, const RowVectorXf* bias, MatrixRef y) override {
-    if (x.cols() != w.cols() || y.rows() != x.rows() || y.cols() != w.rows())
-      throw Error("onednn int8: x (" + std::to_string(x.rows()) + "x" + std::to_string(x.cols()) + ") W^T with W (" +
-                  std::to_string(w.rows()) + "x" + std::to_string(w.cols()) + ") into y (" + std::to_string(y.rows()) + "x" +
-                  std::to_string(y.cols()) + ")");
+    check_shapes(x, w.rows(), w.cols(), bias, y);
     const QuantizedWeight& wq = quantized(w);
     if (y.size() == 0) return;
     const Eigen::Index n = x.rows(), in = x.cols();
@@ -187,7 +179,6 @@ class OnednnInt8Dense final : public Dense {
     return *weights_.emplace(&w, std::move(q)).first->second;
   }
 
-  OnednnDense float32_;  // the products that stay float32
   mutable std::mutex mutex_;
   // unique_ptr: a copy keeps its address while the table grows, for the callers still using it.
   std::unordered_map<const WeightMatrix*, std::unique_ptr<const QuantizedWeight>> weights_;

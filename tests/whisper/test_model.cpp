@@ -95,6 +95,10 @@ TEST_SUITE("model") {
     engine.rounded(moving);
     moving = WeightMatrix(RowMatrixXf(whisper_test::random_matrix(rng, 5, 40)));
     CHECK_THROWS_WITH_AS(engine.rounded(moving), doctest::Contains("different weight"), Error);
+    // Shapes are checked before the matmul's descriptors are made from them.
+    RowMatrixXf y(2, values.rows());
+    CHECK_THROWS_WITH_AS(engine.stored_affine(whisper_test::random_matrix(rng, 2, 39), f32, nullptr, y), doctest::Contains("W^T with W (337x40)"), Error);
+    CHECK_THROWS_WITH_AS(engine.stored_affine(whisper_test::random_matrix(rng, 2, 40), f32, nullptr, y.leftCols(336)), doctest::Contains("into y (2x336)"), Error);
     // Float weights (the conv stem) and the logits stay float32: OnednnDense's results, bit for bit.
     OnednnDense float32;
     const RowMatrixXf x = whisper_test::random_matrix(rng, 7, 40);
