@@ -1,11 +1,11 @@
 #include <doctest/doctest.h>
 
 #include <whisper/ct2_model.hpp>
+#include <whisper/decoding_rules.hpp>
 #include <whisper/ggml_model.hpp>
 #include <whisper/half_to_float.hpp>
 #include <whisper/mapped_file.hpp>
 #include <whisper/mel.hpp>
-#include <whisper/model.hpp>
 #include <whisper/weights.hpp>
 
 #include <algorithm>

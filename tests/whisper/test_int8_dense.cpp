@@ -3,8 +3,6 @@
 // made once per weight and kept by address.
 #include <doctest/doctest.h>
 
-#include <whisper/audio.hpp>
-#include <whisper/model.hpp>
 #include <whisper/onednn_int8_dense.hpp>
 
 #include <algorithm>
