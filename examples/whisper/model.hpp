@@ -97,6 +97,7 @@ struct TranscribeReport {
   int max_batch = 0;      // windows decoded at once
   int max_sequences = 0;  // decoder sequences (beams of those windows) at once
   int windows_cut = 0;  // windows cut at the text context, over all files (Transcript::cut_windows)
+  int max_spectrograms = 0;  // files whose log-mel spectrogram was held at once (transcribe.hpp)
   DecoderCacheUse peak;  // self and cross each at their largest bytes_held during decoding
 };
 

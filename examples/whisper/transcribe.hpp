@@ -67,7 +67,8 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
     std::vector<int> prompt{};
   };
   struct FileState {
-    WhisperSpectrogram spec;
+    WhisperSpectrogram spec;  // its mel is made when the file is opened, freed when no window needs it
+    std::size_t unencoded = 0;            // timestamps off: windows not encoded yet
     std::vector<int> all_tokens;          // timestamps on: the kept segments' tokens, the prompt's source
     std::size_t prompt_reset_since = 0;   // all_tokens before this are not prompted again
     std::vector<std::vector<Segment>> windows;  // timestamps off: each window's segment, in window order
@@ -75,22 +76,41 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
   std::vector<FileState> state(files.size());
   std::deque<Job> queue;
   out.files.resize(files.size());
-  auto t0 = clock::now();
-  for (std::size_t f = 0; f < files.size(); ++f) {
-    state[f].spec = whisper_spectrogram(files[f], filters_);
-    const WhisperSpectrogram& spec = state[f].spec;
+  // Files are opened in order (spectrogram made, windows queued) as the queue runs dry, and a
+  // file's spectrogram is freed once none of its windows needs encoding: the batch, not the number
+  // of files, bounds the spectrograms held. Jobs still leave the queue in file order, and a
+  // window's tokens do not depend on when it is decoded.
+  std::size_t next_file = 0;
+  int spectrograms_held = 0;
+  auto free_spectrogram = [&](std::size_t f) {
+    state[f].spec.mel = RowMatrixXf();
+    --spectrograms_held;
+  };
+  auto open_next_file = [&] {
+    const auto t = clock::now();
+    const std::size_t f = next_file++;
+    FileState& s = state[f];
+    s.spec = whisper_spectrogram(files[f], filters_);
+    r.max_spectrograms = std::max(r.max_spectrograms, ++spectrograms_held);
+    const WhisperSpectrogram& spec = s.spec;
     out.files[f].seconds = static_cast<double>(files[f].size()) / 16000.0;
     if (opt.timestamps) {
-      if (spec.content_frames > 0) queue.push_back({f, 0, std::min(spec.chunk_frames, spec.content_frames), 0});
+      if (spec.content_frames > 0)
+        queue.push_back({f, 0, std::min(spec.chunk_frames, spec.content_frames), 0});
+      else
+        free_spectrogram(f);
     } else {
       const std::vector<int> starts = spec.window_starts();
-      state[f].windows.resize(starts.size());
+      s.windows.resize(starts.size());
+      s.unencoded = starts.size();
       out.files[f].windows = static_cast<int>(starts.size());
       for (std::size_t w = 0; w < starts.size(); ++w)
         queue.push_back({f, starts[w], std::clamp(spec.content_frames - starts[w], 0, spec.chunk_frames), static_cast<int>(w)});
     }
-  }
-  r.mel_ms = ms(t0, clock::now());
+    r.mel_ms += ms(t, clock::now());
+  };
+  // Enough files to fill the batch, or all of them: the decoder is sized from this queue.
+  while (next_file < files.size() && queue.size() < std::size_t(opt.batch)) open_next_file();
   if (queue.empty()) return out;
 
   // The prompt of a file's next window: with timestamps off <|startoftranscript|><|notimestamps|>
@@ -110,8 +130,9 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
     return prompt;
   };
 
-  // Timestamps off: every window is queued now; on: a file has one window at a time. Either way
-  // no more windows than are queued now are ever decoded at once.
+  // Timestamps off: a file's windows are all queued when it opens; on: a file has one window at a
+  // time. Either way, with every file opened or at least `batch` windows queued, no more windows
+  // than are queued now are ever decoded at once.
   const int windows_at_once = std::min<int>(opt.batch, static_cast<int>(queue.size()));
   // The decoder (its policies' converted weights and its caches) is built once the first window
   // is encoded, so that it and the encoder's activations are never resident together on a single
@@ -206,6 +227,8 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
       done_s = std::min(double(next_seek) * kSecondsPerFrame, t.seconds);
       if (next_seek < s.spec.content_frames)
         queue.push_back({job.file, next_seek, std::min(s.spec.chunk_frames, s.spec.content_frames - next_seek), 0});
+      else
+        free_spectrogram(job.file);
     }
     if (opt.on_window) opt.on_window(job.file, done_s, t.seconds);
   };
@@ -250,9 +273,15 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
     batch = std::move(kept);
   };
 
-  while (!live.empty() || !queue.empty()) {
+  clock::time_point t0;
+  while (!live.empty() || !queue.empty() || next_file < files.size()) {
     std::vector<Live> joining;
-    while (live.size() + joining.size() < std::size_t(opt.batch) && !queue.empty()) {
+    while (live.size() + joining.size() < std::size_t(opt.batch)) {
+      if (queue.empty() && next_file < files.size()) {
+        open_next_file();
+        continue;
+      }
+      if (queue.empty()) break;
       Job job = std::move(queue.front());
       queue.pop_front();
       t0 = clock::now();
@@ -261,6 +290,7 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
         // Long-form windows are zero-padded after the audio, as openai-whisper's transcribe pads them.
         const RowMatrixXf mel = opt.timestamps ? spec.window_zero_padded(job.seek, job.frames) : spec.window(job.seek);
         job.features = std::make_shared<const RowMatrixXf>(encode(mel, dense));
+        if (!opt.timestamps && --state[job.file].unencoded == 0) free_spectrogram(job.file);
 #if defined(__GLIBC__)
         // The encoder's activations (a few MB each) are free again, but glibc keeps such blocks
         // in its arenas once it has seen them freed (its mmap threshold rises to their size), so

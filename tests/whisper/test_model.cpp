@@ -491,6 +491,22 @@ TEST_SUITE("model") {
     CHECK(whole.files.front().tokens == std::vector<int>{1, 1});  // one token per window, then end-of-text
     CHECK(whole.files.front().cut_windows.empty());
     CHECK(whole.report.windows_cut == 0);
+
+    // Files are opened as the batch needs their windows, and a spectrogram is freed once its
+    // windows are encoded: each file's result is its own, and the spectrograms held at once
+    // depend on the batch, not on the number of files.
+    const std::vector<std::vector<float>> files{std::vector<float>(16000 * 31, 0.0f), {}, std::vector<float>(16000 * 5, 0.0f)};
+    const std::vector<std::vector<int>> alone{{1, 1}, {1}, {1}};  // a file without audio is one silent window
+    for (auto [batch, held] : {std::pair{1, 1}, {2, 1}, {3, 2}, {16, 3}}) {
+      CAPTURE(batch);
+      const Transcription r = ends.transcribe(std::span<const std::vector<float>>(files), {.batch = batch, .threads = 1});
+      REQUIRE(r.files.size() == files.size());
+      for (std::size_t f = 0; f < files.size(); ++f) CHECK(r.files[f].tokens == alone[f]);
+      CHECK(r.files[0].windows == 2);
+      CHECK(r.report.windows == 4);
+      CHECK(r.report.max_batch == std::min(batch, 4));
+      CHECK(r.report.max_spectrograms == held);
+    }
   }
 }
 
@@ -551,6 +567,27 @@ TEST_SUITE("longform") {
         CHECK(t.segments[k].start == doctest::Approx(2.0 * double(k) + 0.2));
         CHECK(t.segments[k].end == doctest::Approx(2.0 * double(k) + 2.0));
       }
+    }
+
+    // Several files: each gets the segments it gets alone (a file without audio none), one window
+    // at a time or all at once; at batch 1 one spectrogram is held at a time.
+    const std::vector<std::vector<float>> files{std::vector<float>(16000 * 8, 0.0f), {}, std::vector<float>(16000 * 3, 0.0f)};
+    std::vector<Transcript> alone;
+    for (const std::vector<float>& f : files)
+      alone.push_back(model.transcribe(std::span<const std::vector<float>>(&f, 1), {.batch = 1, .threads = 1, .timestamps = true}).files.front());
+    CHECK(alone[0].segments.size() == 4);
+    CHECK(alone[1].segments.empty());
+    CHECK(!alone[2].segments.empty());
+    for (auto [batch, held] : {std::pair{1, 1}, {3, 2}}) {
+      CAPTURE(batch);
+      const Transcription r = model.transcribe(std::span<const std::vector<float>>(files), {.batch = batch, .threads = 1, .timestamps = true});
+      REQUIRE(r.files.size() == files.size());
+      for (std::size_t f = 0; f < files.size(); ++f) {
+        CHECK(r.files[f].tokens == alone[f].tokens);
+        REQUIRE(r.files[f].segments.size() == alone[f].segments.size());
+        for (std::size_t k = 0; k < alone[f].segments.size(); ++k) CHECK(r.files[f].segments[k].start == alone[f].segments[k].start);
+      }
+      CHECK(r.report.max_spectrograms == held);
     }
   }
 
