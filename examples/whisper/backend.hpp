@@ -44,7 +44,7 @@ class Backend {
   // Whether (self, cross) gives MHA's tokens up to float rounding (is_exact_policy); throws as check_policies.
   virtual bool exact(const std::string& self, const std::string& cross) const = 0;
   virtual Transcription transcribe(const WhisperModel& model, const std::string& self, const std::string& cross,
-                                   std::span<const std::vector<float>> files, const TranscribeOptions& opt) const = 0;
+                                   const AudioSource& audio, const TranscribeOptions& opt) const = 0;
   // The most device memory this process's buffers held at once (weights, caches, activations),
   // in bytes; 0 where the backend has no device.
   virtual std::size_t device_peak_bytes() const { return 0; }
@@ -67,7 +67,7 @@ class PolicyBackend : public Backend {
   // With the backend's engine unless opt names one; the engine lives as long as the call (and the
   // decoder it builds, whose converted weights it may hold copies of).
   Transcription transcribe(const WhisperModel& model, const std::string& self, const std::string& cross,
-                           std::span<const std::vector<float>> files, const TranscribeOptions& opt) const override {
+                           const AudioSource& audio, const TranscribeOptions& opt) const override {
     std::unique_ptr<Dense> engine;
     TranscribeOptions o = opt;
     if (!o.dense) {
@@ -75,7 +75,7 @@ class PolicyBackend : public Backend {
       o.dense = engine.get();
     }
     Transcription result;
-    dispatch_policies<Combinations>(self, cross, [&]<class P>(std::type_identity<P>) { result = model.transcribe<P>(files, o); });
+    dispatch_policies<Combinations>(self, cross, [&]<class P>(std::type_identity<P>) { result = model.transcribe<P>(audio, o); });
     return result;
   }
 };

@@ -240,20 +240,21 @@ int main(int argc, char** argv) {
 
     // Every audio file is read (and resampled) before the model loads: a bad file costs no load,
     // and when none can be read nothing else happens. The files that can be read are transcribed
-    // and reported; the exit status stays non-zero.
-    std::vector<std::vector<float>> samples;
+    // and reported; the exit status stays non-zero. Their samples are not kept: transcribe reads
+    // each file again when the batch reaches it (pw::AudioSource), so that a long list of files is
+    // never in memory at once (decoding a file is a small part of transcribing it).
     std::vector<std::string> paths;
     int failures = 0;
     for (const std::string& path : audio) {
       try {
-        samples.push_back(pw::load_audio_16k_mono(path));
+        (void)pw::load_audio_16k_mono(path);
         paths.push_back(path);
       } catch (const pw::Error& e) {
         std::fprintf(stderr, "error: %s: %s\n", path.c_str(), e.what());
         ++failures;
       }
     }
-    if (samples.empty()) return 1;
+    if (paths.empty()) return 1;
 
     const auto t0 = std::chrono::steady_clock::now();
     const pw::WhisperModel model = std::filesystem::is_directory(model_path) ? pw::WhisperModel::load_ct2(model_path)
@@ -288,7 +289,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "\r  %s [%s%s] %5.1f%% (%.0f/%.0f s)%s", paths[file].c_str(), std::string(std::size_t(filled), '#').c_str(),
                    std::string(std::size_t(width - filled), '.').c_str(), 100.0 * done / total, done, total, done >= total ? "\n" : "");
     };
-    const pw::Transcription result = backend->transcribe(model, self, cross, std::span<const std::vector<float>>(samples), opt);
+    const pw::AudioSource source{paths.size(), [&](std::size_t f, std::vector<float>& buffer) {
+                                   buffer = pw::load_audio_16k_mono(paths[f]);  // read once already: a change since throws
+                                   return std::span<const float>(buffer);
+                                 }};
+    const pw::Transcription result = backend->transcribe(model, self, cross, source, opt);
 
     for (std::size_t f = 0; f < paths.size(); ++f) {
       const pw::Transcript& t = result.files[f];
@@ -301,7 +306,7 @@ int main(int argc, char** argv) {
         std::printf("\n");
       }
       std::fflush(stdout);
-      std::fprintf(stderr, "  %.2f s audio, %d window(s), %zu segment(s), %zu tokens\n", static_cast<double>(samples[f].size()) / 16000.0,
+      std::fprintf(stderr, "  %.2f s audio, %d window(s), %zu segment(s), %zu tokens\n", t.seconds,
                    t.windows, t.segments.size(), t.tokens.size());
       for (const int w : t.cut_windows)
         std::fprintf(stderr, "warning: %s: window %d/%d (from %d s) reached %d sampled tokens without end-of-text: its text is cut there\n",

@@ -76,6 +76,20 @@ struct TranscribeOptions {
   std::function<void(std::size_t, double, double)> on_window{};
 };
 
+// The recordings of one transcribe() call, each read when the batch first needs it, so that a
+// long list of files is never in memory at once: `count` files; read(f, buffer) returns file f's
+// 16 kHz mono samples, as a view of memory the caller keeps or of `buffer`, which it may fill
+// (transcribe frees it once the file's spectrogram is made). Files are read in order, once each.
+struct AudioSource {
+  std::size_t count = 0;
+  std::function<std::span<const float>(std::size_t file, std::vector<float>& buffer)> read;
+
+  // Recordings the caller holds (no copy): they must outlive the call.
+  static AudioSource of(std::span<const std::vector<float>> files) {
+    return {files.size(), [files](std::size_t f, std::vector<float>&) { return std::span<const float>(files[f]); }};
+  }
+};
+
 // Time and memory of one transcribe() call.
 struct TranscribeReport {
   std::string policies;  // DecoderPolicies::name()
@@ -181,14 +195,21 @@ class WhisperModel {
   // (policies.hpp); texts keep Whisper's leading space.
   // Defined in transcribe.hpp and compiled once per combination: the CPU ones in
   // transcribe_cpu.cpp (explicit instantiations), the CUDA ones where nvcc compiles them.
+  // Each file is read when the batch first needs it (AudioSource).
   template <class Policies = DefaultPolicies>
-  Transcription transcribe(std::span<const std::vector<float>> files, const TranscribeOptions& opt = {}) const;
+  Transcription transcribe(const AudioSource& audio, const TranscribeOptions& opt = {}) const;
+
+  // Recordings the caller holds.
+  template <class Policies = DefaultPolicies>
+  Transcription transcribe(std::span<const std::vector<float>> files, const TranscribeOptions& opt = {}) const {
+    return transcribe<Policies>(AudioSource::of(files), opt);
+  }
 
   // One recording.
   template <class Policies = DefaultPolicies>
   Transcript transcribe(std::span<const float> samples, const TranscribeOptions& opt = {}) const {
-    const std::vector<std::vector<float>> one{std::vector<float>(samples.begin(), samples.end())};
-    return transcribe<Policies>(std::span<const std::vector<float>>(one), opt).files.front();
+    const AudioSource one{1, [samples](std::size_t, std::vector<float>&) { return samples; }};
+    return transcribe<Policies>(one, opt).files.front();
   }
 
   // One row of logits -> next-token log-probabilities, in place: suppressed tokens get -inf

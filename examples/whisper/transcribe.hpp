@@ -33,7 +33,8 @@
 namespace polyattn::whisper {
 
 template <class Policies>
-Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files, const TranscribeOptions& opt) const {
+Transcription WhisperModel::transcribe(const AudioSource& audio, const TranscribeOptions& opt) const {
+  if (!audio.read && audio.count > 0) throw Error("transcribe: the audio source has no read function");
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   if (opt.batch < 1) throw Error("transcribe: batch must be >= 1, got " + std::to_string(opt.batch));
@@ -73,13 +74,13 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
     std::size_t prompt_reset_since = 0;   // all_tokens before this are not prompted again
     std::vector<std::vector<Segment>> windows;  // timestamps off: each window's segment, in window order
   };
-  std::vector<FileState> state(files.size());
+  std::vector<FileState> state(audio.count);
   std::deque<Job> queue;
-  out.files.resize(files.size());
-  // Files are opened in order (spectrogram made, windows queued) as the queue runs dry, and a
-  // file's spectrogram is freed once none of its windows needs encoding: the batch, not the number
-  // of files, bounds the spectrograms held. Jobs still leave the queue in file order, and a
-  // window's tokens do not depend on when it is decoded.
+  out.files.resize(audio.count);
+  // Files are opened in order (samples read, spectrogram made, windows queued) as the queue runs
+  // dry, and a file's spectrogram is freed once none of its windows needs encoding: the batch, not
+  // the number of files, bounds the recordings held. Jobs still leave the queue in file order, and
+  // a window's tokens do not depend on when it is decoded.
   std::size_t next_file = 0;
   int spectrograms_held = 0;
   auto free_spectrogram = [&](std::size_t f) {
@@ -90,10 +91,14 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
     const auto t = clock::now();
     const std::size_t f = next_file++;
     FileState& s = state[f];
-    s.spec = whisper_spectrogram(files[f], filters_);
+    {
+      std::vector<float> buffer;  // the file's samples when the source reads them here: freed below
+      const std::span<const float> samples = audio.read(f, buffer);
+      s.spec = whisper_spectrogram(samples, filters_);
+      out.files[f].seconds = static_cast<double>(samples.size()) / 16000.0;
+    }
     r.max_spectrograms = std::max(r.max_spectrograms, ++spectrograms_held);
     const WhisperSpectrogram& spec = s.spec;
-    out.files[f].seconds = static_cast<double>(files[f].size()) / 16000.0;
     if (opt.timestamps) {
       if (spec.content_frames > 0)
         queue.push_back({f, 0, std::min(spec.chunk_frames, spec.content_frames), 0});
@@ -110,7 +115,7 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
     r.mel_ms += ms(t, clock::now());
   };
   // Enough files to fill the batch, or all of them: the decoder is sized from this queue.
-  while (next_file < files.size() && queue.size() < std::size_t(opt.batch)) open_next_file();
+  while (next_file < audio.count && queue.size() < std::size_t(opt.batch)) open_next_file();
   if (queue.empty()) return out;
 
   // The prompt of a file's next window: with timestamps off <|startoftranscript|><|notimestamps|>
@@ -274,10 +279,10 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
   };
 
   clock::time_point t0;
-  while (!live.empty() || !queue.empty() || next_file < files.size()) {
+  while (!live.empty() || !queue.empty() || next_file < audio.count) {
     std::vector<Live> joining;
     while (live.size() + joining.size() < std::size_t(opt.batch)) {
-      if (queue.empty() && next_file < files.size()) {
+      if (queue.empty() && next_file < audio.count) {
         open_next_file();
         continue;
       }
@@ -351,7 +356,7 @@ Transcription WhisperModel::transcribe(std::span<const std::vector<float>> files
     r.decode_ms += ms(t0, clock::now());
   }
 
-  for (std::size_t f = 0; f < files.size(); ++f) {
+  for (std::size_t f = 0; f < audio.count; ++f) {
     Transcript& t = out.files[f];
     if (!opt.timestamps)
       for (auto& w : state[f].windows) t.segments.insert(t.segments.end(), w.begin(), w.end());

@@ -8,7 +8,7 @@ namespace polyattn::whisper {
 
 #define POLYATTN_WHISPER_INSTANTIATE(P) \
   template class Decoder<P>;           \
-  template Transcription WhisperModel::transcribe<P>(std::span<const std::vector<float>>, const TranscribeOptions&) const;
+  template Transcription WhisperModel::transcribe<P>(const AudioSource&, const TranscribeOptions&) const;
 POLYATTN_WHISPER_DECODER_COMBINATIONS(POLYATTN_WHISPER_INSTANTIATE)
 #undef POLYATTN_WHISPER_INSTANTIATE
 

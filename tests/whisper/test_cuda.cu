@@ -83,7 +83,7 @@ TEST_SUITE("cuda") {
     const Backend& cuda = *cuda_backend();
     for (const auto& [self, cross] : cuda.policy_pairs()) {
       INFO("--device cuda --self " << self << " --cross " << cross);
-      const Transcription got = cuda.transcribe(model, self, cross, audio, opt);
+      const Transcription got = cuda.transcribe(model, self, cross, AudioSource::of(audio), opt);
       CHECK(got.report.dense.rfind("cublas", 0) == 0);  // the products ran on the GPU too
       REQUIRE(got.files.size() == files.size());
       for (std::size_t f = 0; f < files.size(); ++f) {

@@ -507,6 +507,24 @@ TEST_SUITE("model") {
       CHECK(r.report.max_batch == std::min(batch, 4));
       CHECK(r.report.max_spectrograms == held);
     }
+
+    // The same through an AudioSource that reads into its buffer: each file once, in order; an
+    // error reading one is the call's error.
+    std::vector<std::size_t> reads;
+    const AudioSource source{files.size(), [&](std::size_t f, std::vector<float>& buffer) {
+                               reads.push_back(f);
+                               if (f == 7) throw FormatError("file 7: unreadable");
+                               buffer = files[f % files.size()];
+                               return std::span<const float>(buffer);
+                             }};
+    const Transcription read = ends.transcribe(source, {.batch = 1, .threads = 1});
+    CHECK(reads == std::vector<std::size_t>{0, 1, 2});
+    for (std::size_t f = 0; f < files.size(); ++f) {
+      CHECK(read.files[f].tokens == alone[f]);
+      CHECK(read.files[f].seconds == double(files[f].size()) / 16000.0);
+    }
+    const AudioSource eight{8, source.read};
+    CHECK_THROWS_WITH_AS(ends.transcribe(eight, {.batch = 2, .threads = 1}), "file 7: unreadable", FormatError);
   }
 }
 
