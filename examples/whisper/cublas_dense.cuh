@@ -5,8 +5,8 @@
 // Every call copies its activations up and its result down (pageable host memory, on the
 // engine's stream) and waits: the layers between the products (LayerNorm, GELU, residuals) and
 // the decoder's attention executor work on host matrices. Weights are copied once, at their first
-// use, and found again by address (dense.hpp's contract); a weight whose shape or sampled values
-// differ from its device copy is reported rather than silently used stale.
+// use, and found again by address (converted_weights.hpp's rule: a weight whose shape or sampled
+// values differ from its device copy's source is refused rather than silently used stale).
 //
 // fp32 throughout, CUBLAS_DEFAULT_MATH: single-precision GEMMs stay plain fp32 (no TF32), so
 // --device cuda is expected to give the CPU's tokens (summation order differs: compare logits
@@ -23,19 +23,17 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
 #include <climits>
 #include <cmath>
 #include <cstddef>
-#include <cstring>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include <polyattn/exec/cuda/cuda_error.cuh>
 #include <polyattn/exec/cuda/device_memory.cuh>
 #include <polyattn/exec/cuda/kernels.cuh>
 
+#include "converted_weights.hpp"
 #include "dense.hpp"
 #include "error.hpp"
 #include "gemm_plan.hpp"
@@ -165,12 +163,6 @@ class CublasDense final : public Dense {
   }
 
  private:
-  struct DeviceWeight {
-    Eigen::Index rows = 0, cols = 0;
-    std::array<float, 3> probe{};  // the host values at first, middle and last, when copied
-    exec::cuda::DeviceBuffer<float> buffer;
-  };
-
   // One planned GEMM (gemm_plan.hpp) on the engine's stream.
   void run(const GemmCall& c, const float* a, const float* b, float* out, const char* what) {
     const float zero = 0.0f;
@@ -186,27 +178,18 @@ class CublasDense final : public Dense {
     return static_cast<int>(v);
   }
 
-  static std::array<float, 3> probe(const float* host, std::size_t size) {
-    return {host[0], host[size / 2], host[size - 1]};
-  }
-
-  // The device copy of the weight at `host`, copied at its first use.
+  // The device copy of the weight at `host` (rows, cols) contiguous, copied at its first use.
   const float* device_weight(const float* host, Eigen::Index rows, Eigen::Index cols) {
-    const std::size_t size = std::size_t(rows) * std::size_t(cols);
-    auto it = weights_.find(host);
-    if (it != weights_.end()) {
-      const DeviceWeight& w = it->second;
-      // Bitwise: a weight is either the same bytes or a different weight at a reused address.
-      if (w.rows != rows || w.cols != cols || std::memcmp(w.probe.data(), probe(host, size).data(), sizeof(w.probe)) != 0)
-        throw Error("cuBLAS: the weight at a known address changed (now " + std::to_string(rows) + "x" + std::to_string(cols) + ", was " +
-                    std::to_string(w.rows) + "x" + std::to_string(w.cols) +
-                    "): weights must outlive the engine unchanged (dense.hpp); use one CublasDense per model and decoder");
-      return w.buffer.data();
-    }
-    DeviceWeight w{rows, cols, probe(host, size), {}};
-    w.buffer.reserve(size);
-    POLYATTN_CUDA_CHECK(cudaMemcpyAsync(w.buffer.data(), host, size * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
-    return weights_.emplace(host, std::move(w)).first->second.buffer.data();
+    return weights_
+        .get(host, WeightFingerprint::of(host, rows, cols),
+             [&] {
+               const std::size_t size = std::size_t(rows) * std::size_t(cols);
+               exec::cuda::DeviceBuffer<float> buffer;
+               buffer.reserve(size);
+               POLYATTN_CUDA_CHECK(cudaMemcpyAsync(buffer.data(), host, size * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
+               return buffer;
+             })
+        .data();
   }
 
   // Bytes from one row to the next (a single row may report any stride; cudaMemcpy2D wants >= its width).
@@ -236,7 +219,7 @@ class CublasDense final : public Dense {
   std::string device_name_;
   exec::cuda::Stream stream_;
   cublasHandle_t handle_ = nullptr;
-  std::unordered_map<const float*, DeviceWeight> weights_;
+  ConvertedWeights<exec::cuda::DeviceBuffer<float>> weights_{"cuBLAS"};
   exec::cuda::DeviceBuffer<float> x_, y_, scores_;  // activations, results, encoder attention scores
 };
 

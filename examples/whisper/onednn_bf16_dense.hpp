@@ -6,8 +6,8 @@
 // (affine), the tied logits (streamed from float16, bound by memory, not by arithmetic), and
 // every attention.
 //
-// Rounding: W is rounded to bfloat16 once, on first use, and the copy kept (by W's address, as
-// dense.hpp lets an engine do); x is rounded at every call. Each rounding is to nearest even,
+// Rounding: W is rounded to bfloat16 once, on first use, and the copy kept (by W's address, under
+// converted_weights.hpp's rule); x is rounded at every call. Each rounding is to nearest even,
 // a relative error of at most 2^-8, so each product x_j w_j is off by at most (2^-7 + 2^-16)
 // |x_j w_j|, and the sum adds float's accumulation error (tests/whisper/dense_engine_checks.hpp
 // checks that bound). Against float32 this changes the numbers, and so may change tokens: the
@@ -34,6 +34,7 @@
 #include <tuple>
 #include <vector>
 
+#include "converted_weights.hpp"
 #include "error.hpp"
 #include "matrix.hpp"
 #include "onednn_dense.hpp"
@@ -60,20 +61,7 @@ class OnednnBf16Dense final : public OnednnDense {
 
   /// W rounded to bfloat16, made on first use (what stored_affine multiplies).
   const Bf16Matrix& rounded(const WeightMatrix& w) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    auto [it, inserted] = weights_.try_emplace(&w);
-    if (inserted) {
-      try {
-        it->second = w.float_rows(0, w.rows()).cast<Eigen::bfloat16>();
-      } catch (...) {
-        weights_.erase(it);
-        throw;
-      }
-    } else if (it->second.rows() != w.rows() || it->second.cols() != w.cols()) {
-      throw Error("onednn bfloat16: a different weight (" + std::to_string(w.rows()) + "x" + std::to_string(w.cols()) +
-                  ") at the address of one already rounded; weights must outlive the engine unchanged (dense.hpp)");
-    }
-    return it->second;
+    return weights_.get(&w, WeightFingerprint::of(w), [&] { return Bf16Matrix(w.float_rows(0, w.rows()).cast<Eigen::bfloat16>()); });
   }
 
  private:
@@ -120,8 +108,8 @@ class OnednnBf16Dense final : public OnednnDense {
 
   dnnl::engine engine_;
   dnnl::stream stream_;
-  std::mutex mutex_;
-  std::map<const WeightMatrix*, Bf16Matrix> weights_;
+  std::mutex mutex_;  // guards primitives_
+  ConvertedWeights<Bf16Matrix> weights_{"onednn bfloat16"};
   std::map<Shape, dnnl::matmul> primitives_;
 };
 

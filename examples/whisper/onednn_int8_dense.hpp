@@ -20,10 +20,7 @@
 // at most half its scale, and x W - (x - e_x)(W - e_W) = x e_W + W e_x - e_x e_W.
 //
 // The quantized copy (in bytes plus one float scale per row) is kept by the WeightMatrix's
-// address, as CublasDense keeps its device copies (dense.hpp: a weight stays at its address,
-// unchanged, for the engine's lifetime); a weight of another shape or other values found at a
-// known address is refused rather than multiplied stale. A mutex guards the table: an engine may
-// be shared by threads.
+// address, under converted_weights.hpp's rule, as every engine that keeps copies.
 //
 // The products run in the panel scheme of OnednnDense (weight_matrix.hpp's for_each_panel): one
 // OpenMP team splits W's rows, each panel one oneDNN call on one thread, its int32 block turned
@@ -51,12 +48,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "converted_weights.hpp"
 #include "dense.hpp"
 #include "error.hpp"
 #include "onednn_dense.hpp"
@@ -130,58 +125,38 @@ class OnednnInt8Dense final : public OnednnDense {
   }
 
   /// Weights quantized so far (one per stored linear layer used).
-  std::size_t quantized_weights() const {
-    std::lock_guard lock(mutex_);
-    return weights_.size();
-  }
+  std::size_t quantized_weights() const { return weights_.size(); }
 
  private:
   struct QuantizedWeight {
     Eigen::Index rows = 0, cols = 0;
     std::vector<std::int8_t> values;  // (rows, cols) row-major
     std::vector<float> scales;        // (rows): sw_r
-    std::vector<float> probe;         // W's first and last values: a reused address with other values is refused
   };
-
-  static std::vector<float> probe(const WeightMatrix& w) {
-    if (w.rows() == 0 || w.cols() == 0) return {};
-    return {w.float_rows(0, 1)(0, 0), w.float_rows(w.rows() - 1, 1)(0, w.cols() - 1)};
-  }
 
   // W's quantized copy, made at its first use.
   const QuantizedWeight& quantized(const WeightMatrix& w) {
-    std::lock_guard lock(mutex_);
-    auto it = weights_.find(&w);
-    if (it != weights_.end()) {
-      const QuantizedWeight& q = *it->second;
-      if (q.rows != w.rows() || q.cols != w.cols() || q.probe != probe(w))
-        throw Error("onednn int8: the weight at a known address changed (now " + std::to_string(w.rows()) + "x" +
-                    std::to_string(w.cols()) + ", was " + std::to_string(q.rows) + "x" + std::to_string(q.cols) +
-                    "): weights must outlive the engine unchanged (dense.hpp); use one engine per model and decoder");
+    return weights_.get(&w, WeightFingerprint::of(w), [&] {
+      QuantizedWeight q;
+      q.rows = w.rows();
+      q.cols = w.cols();
+      q.values.resize(std::size_t(q.rows) * std::size_t(q.cols));
+      q.scales.resize(std::size_t(q.rows));
+      // Panels of kPanelRows rows of W converted to float and quantized on the team's threads.
+      for_each_panel(q.rows, 0, Eigen::nbThreads(), [&](Eigen::Index first, Eigen::Index n) {
+        const RowMatrixXf panel = w.float_rows(first, n);
+        for (Eigen::Index r = 0; r < n; ++r) {
+          const float* row = panel.data() + r * q.cols;
+          const float scale = int8_row_scale(row, q.cols);
+          q.scales[std::size_t(first + r)] = scale;
+          quantize_int8_row(row, q.cols, scale, q.values.data() + (first + r) * q.cols);
+        }
+      });
       return q;
-    }
-    auto q = std::make_unique<QuantizedWeight>();
-    q->rows = w.rows();
-    q->cols = w.cols();
-    q->values.resize(std::size_t(q->rows) * std::size_t(q->cols));
-    q->scales.resize(std::size_t(q->rows));
-    // Panels of kPanelRows rows of W converted to float and quantized on the team's threads.
-    for_each_panel(q->rows, 0, Eigen::nbThreads(), [&](Eigen::Index first, Eigen::Index n) {
-      const RowMatrixXf panel = w.float_rows(first, n);
-      for (Eigen::Index r = 0; r < n; ++r) {
-        const float* row = panel.data() + r * q->cols;
-        const float scale = int8_row_scale(row, q->cols);
-        q->scales[std::size_t(first + r)] = scale;
-        quantize_int8_row(row, q->cols, scale, q->values.data() + (first + r) * q->cols);
-      }
     });
-    q->probe = probe(w);
-    return *weights_.emplace(&w, std::move(q)).first->second;
   }
 
-  mutable std::mutex mutex_;
-  // unique_ptr: a copy keeps its address while the table grows, for the callers still using it.
-  std::unordered_map<const WeightMatrix*, std::unique_ptr<const QuantizedWeight>> weights_;
+  ConvertedWeights<QuantizedWeight> weights_{"onednn int8"};
 };
 
 }  // namespace polyattn::whisper

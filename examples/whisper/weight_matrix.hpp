@@ -111,6 +111,9 @@ class WeightMatrix {
     return WeightMatrix(RowMatrixXf(float_.middleRows(first, n)));
   }
 
+  /// W(r, c) in float; r in [0, rows()), c in [0, cols()).
+  float value(Eigen::Index r, Eigen::Index c) const { return is_half_ ? float(half_(r, c)) : float_(r, c); }
+
   /// out (1, d) = row `token`, converted to float. `token` must be in [0, rows()).
   template <class Out>
   void row_into(Eigen::Index token, Out&& out) const {

@@ -145,4 +145,32 @@ TEST_SUITE("int8") {
     CHECK(int8.bidirectional_attention(qkv, 2) == float32.bidirectional_attention(qkv, 2));
     CHECK(int8.quantized_weights() == 0);
   }
+
+  TEST_CASE("converted weights (every engine's copies): one per address, made once, nothing left by a failed make, a changed weight refused") {
+    ConvertedWeights<int> copies("test engine");
+    const RowMatrixXf a = RowMatrixXf::Constant(3, 4, 1.0f);
+    RowMatrixXf b = RowMatrixXf::Constant(3, 4, 1.0f);
+    int makes = 0;
+    const auto make = [&] { return ++makes; };
+    CHECK(copies.get(&a, WeightFingerprint::of(a.data(), 3, 4), make) == 1);
+    CHECK(copies.get(&a, WeightFingerprint::of(a.data(), 3, 4), make) == 1);  // found again: not made again
+    CHECK(copies.get(&b, WeightFingerprint::of(b.data(), 3, 4), make) == 2);  // equal values, another address
+    CHECK(copies.size() == 2);
+    CHECK_THROWS_WITH_AS(copies.get(&b, WeightFingerprint::of(b.data(), 2, 6), make), "test engine: the weight at a known address changed or is another one (now 2x6, was 3x4): weights must outlive the engine unchanged (dense.hpp); use one engine per model and decoder", Error);
+    for (const Eigen::Index at : {Eigen::Index(0), Eigen::Index(6), Eigen::Index(11)}) {  // the sampled values: first, middle, last
+      b(at / 4, at % 4) = -1.0f;
+      CHECK_THROWS_AS(copies.get(&b, WeightFingerprint::of(b.data(), 3, 4), make), Error);
+      b(at / 4, at % 4) = 1.0f;
+    }
+    b(0, 0) = -0.0f;  // bits, not values: -0 is another weight
+    CHECK_THROWS_AS(copies.get(&b, WeightFingerprint::of(b.data(), 3, 4), make), Error);
+    const float c = 2.0f;
+    CHECK_THROWS_WITH(copies.get(&c, WeightFingerprint::of(&c, 1, 1), [] () -> int { throw Error("make failed"); }), "make failed");
+    CHECK(copies.size() == 2);
+    CHECK(copies.get(&c, WeightFingerprint::of(&c, 1, 1), make) == 3);
+    // A WeightMatrix in float16 samples the same bits as its float values.
+    const WeightMatrix half(WeightMatrix::HalfMatrix(a.cast<Eigen::half>()));
+    CHECK(WeightFingerprint::of(half) == WeightFingerprint::of(a.data(), 3, 4));
+    CHECK(WeightFingerprint::of(WeightMatrix(a)) == WeightFingerprint::of(a.data(), 3, 4));
+  }
 }
