@@ -6,10 +6,14 @@
 //  - SlimK2, XCache: a converted layer (support/mha_layer.hpp), executor_tolerance, with the key
 //    and value norms it measures on the unrounded rows raised by (1 + u) for the rounding.
 // NaN-poisoned unused capacity, ragged batches (one sequence long enough to be split across
-// threads), head dims that are not a multiple of 16, page boundaries (Paged<16>).
+// threads), head dims that are not a multiple of 16, page boundaries (Paged<16>). And the vector
+// loads themselves, on the default kernels and (on an AVX-512 build) the AVX2 ones, over every
+// 16-bit pattern.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -114,4 +118,31 @@ TEST_CASE_TEMPLATE("CpuSimd over a 16-bit cache matches Reference over the same 
     check_converted_variant<V, typename C::layout, typename C::element>();
   else
     check_kv_sharing_variant<V, typename C::layout, typename C::element>();
+}
+
+// The loads under both kernels' conversions (exec/cpu/load_floats.hpp: vcvtph2ps or the
+// bfloat16 shift, 16 lanes on AVX-512, 8 on AVX2) agree with the scalar decode_element for every
+// 16-bit pattern: NaNs stay NaN, everything else bit for bit.
+TEST_CASE_TEMPLATE("CpuSimd's 16-bit loads decode every bit pattern as decode_element does", T, Eigen::half, Eigen::bfloat16) {
+  std::vector<T> all(65536);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = Eigen::numext::bit_cast<T>(static_cast<std::uint16_t>(i));
+  const auto check = [&]<class Arch>(Arch) {
+    INFO(Arch::name());
+    constexpr std::size_t W = xsimd::batch<float, Arch>::size;
+    alignas(64) float got[W];
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < all.size(); i += W) {
+      exec::cpu::load_floats<Arch>(all.data() + i).store_aligned(got);
+      for (std::size_t l = 0; l < W; ++l) {
+        const float want = decode_element(all[i + l]);
+        if (std::isnan(want) ? !std::isnan(got[l]) : Eigen::numext::bit_cast<std::uint32_t>(want) != Eigen::numext::bit_cast<std::uint32_t>(got[l]))
+          ++wrong;
+      }
+    }
+    CHECK(wrong == 0);
+  };
+  check(xsimd::default_arch{});
+#if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
+  check(xsimd::fma3<xsimd::avx2>{});
+#endif
 }

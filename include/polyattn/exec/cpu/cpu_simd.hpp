@@ -8,6 +8,13 @@
 //            once for all its rows (attend_block.hpp).
 // Both read only the tokens a row's key mask (core/key_mask.hpp) gives it, and ask the mask
 // inside the tile loop when it drops keys.
+//
+// The kernels are compiled for one xsimd architecture, a template parameter: its vector width,
+// register count (the register blocks follow it) and conversion instructions. CpuSimd takes the
+// best one this translation unit is compiled for (xsimd::default_arch: AVX-512 on the Xeon with
+// -march=native, AVX2 + FMA on a CPU without AVX-512). A build for AVX-512 also has the AVX2
+// instructions, so BasicCpuSimd<xsimd::fma3<xsimd::avx2>> runs there the kernels an AVX2-only CPU
+// runs (tests/test_equivalence_cpu.cpp checks them on every machine that has both).
 #pragma once
 
 #include <algorithm>
@@ -30,9 +37,11 @@
 
 namespace polyattn::exec {
 
-class CpuSimd {
+template <class Arch>
+class BasicCpuSimd {
  public:
-  static std::string name() { return "cpu"; }
+  /// "cpu" for CpuSimd, else "cpu/" and the architecture ("cpu/fma3<avx2>").
+  static std::string name() { return std::is_same_v<Arch, xsimd::default_arch> ? "cpu" : std::string("cpu/") + Arch::name(); }
 
   /// Smallest chunk a sequence is split into: below this the merge costs more than it saves.
   static constexpr int kMinChunk = 256;
@@ -42,7 +51,7 @@ class CpuSimd {
   static constexpr int kMinBlockRows = 4;
 
   /// `threads` counts the calling thread; 0 = all hardware threads.
-  explicit CpuSimd(int threads = 0) : pool_(std::make_unique<ThreadPool>(threads)) {}
+  explicit BasicCpuSimd(int threads = 0) : pool_(std::make_unique<ThreadPool>(threads)) {}
 
   int threads() const { return pool_->size(); }
 
@@ -75,8 +84,6 @@ class CpuSimd {
   }
 
  private:
-  using Arch = xsimd::default_arch;
-
   /// Every (block, cache head) is a task; the last blocks first, since under a causal mask they
   /// see the most tokens (the pool hands tasks out in order, so long ones do not come last).
   template <class KeyMaskT, class Store>
@@ -164,5 +171,8 @@ class CpuSimd {
   std::vector<SoftmaxState<float>> states_;
   std::vector<float> acc_;
 };
+
+/// The CPU executor on the best architecture the translation unit is compiled for.
+using CpuSimd = BasicCpuSimd<xsimd::default_arch>;
 
 }  // namespace polyattn::exec
