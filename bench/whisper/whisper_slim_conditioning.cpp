@@ -51,8 +51,8 @@ int main(int argc, char** argv) {
       report("encoder self", int(l), columns_layout(w.encoder[l].qkv.weight.as_float(), d, d), columns_layout(w.encoder[l].qkv.weight.as_float(), 2 * d, d));
     const Eigen::Index t = w.dims.n_text_state;
     for (std::size_t l = 0; l < w.decoder.size(); ++l) {
-      report("decoder self", int(l), columns_layout(w.decoder[l].self_qkv.weight, t, t), columns_layout(w.decoder[l].self_qkv.weight, 2 * t, t));
-      report("decoder cross", int(l), columns_layout(w.decoder[l].cross_kv.weight, 0, t), columns_layout(w.decoder[l].cross_kv.weight, t, t));
+      report("decoder self", int(l), columns_layout(w.decoder[l].self_qkv.weight.as_float(), t, t), columns_layout(w.decoder[l].self_qkv.weight.as_float(), 2 * t, t));
+      report("decoder cross", int(l), columns_layout(w.decoder[l].cross_kv.weight.as_float(), 0, t), columns_layout(w.decoder[l].cross_kv.weight.as_float(), t, t));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "whisper_slim_conditioning: %s\n", e.what());
