@@ -24,8 +24,9 @@
 //                                    runs it elsewhere (CublasDense, on its device).
 //
 // W is a weight: the model's or a decoder policy's converted matrix. An engine may keep its own
-// copy (CublasDense keeps a device copy, found by W's address), so a weight must stay at its
-// address, unchanged, for the engine's lifetime; x, b and y are read or written at every call.
+// copy, found by W's address (CublasDense a device copy, the int8 and bfloat16 engines rounded
+// ones; converted_weights.hpp), so a weight must stay at its address, unchanged, for the
+// engine's lifetime; x, b and y are read or written at every call.
 // The decoder's attention caches and the projections inside the library's cross-attention are
 // not products of this interface: they run on the attention executor of the policy.
 #pragma once
