@@ -4,7 +4,9 @@
 //   L in {Hnd, Nhd, Paged<16>}, T in {float, half, bfloat16}, L = 1500..65536, batch 1, 16, 64,
 // against two roofs measured in the same run (support/roofline.hpp): a 2 GiB streaming-read
 // probe and an FMA-throughput probe, both on every core. A case whose cache would exceed 16 GiB
-// is skipped. Compare variants as ratios within one run; no time is asserted.
+// is skipped. Compare variants as ratios within one run; no time is asserted. On an AVX-512 build
+// the f32 Hnd cases also run on the AVX2 kernels (BM_DecodeVariant<..., BasicCpuSimd<fma3<avx2>>>,
+// labelled .../cpu/fma3+avx2): what a CPU without AVX-512 runs, on the same memory.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -25,11 +27,11 @@ using namespace polyattn;
 constexpr double kMaxCacheBytes = 16.0 * (1ull << 30);
 
 /// args: context length L, batch.
-template <class V, class Layout, class T>
+template <class V, class Layout, class T, class Executor = exec::CpuSimd>
 void BM_DecodeVariant(benchmark::State& state) {
   const AttentionShape shape{6, 64};
   const int length = int(state.range(0)), batch = int(state.range(1));
-  using A = Attention<V, Layout, exec::CpuSimd, T>;
+  using A = Attention<V, Layout, Executor, T>;
   if (double(A::cache_bytes_per_token(shape)) * length * batch > kMaxCacheBytes) {
     state.SkipWithError("cache over 16 GiB: skipped");
     return;
@@ -86,5 +88,14 @@ POLYATTN_DECODE_VARIANT_LAYOUTS(polyattn::Gqa<2>)
 POLYATTN_DECODE_VARIANT_LAYOUTS(polyattn::Mqa)
 POLYATTN_DECODE_VARIANT_LAYOUTS(polyattn::SlimK2)
 POLYATTN_DECODE_VARIANT_LAYOUTS(polyattn::XCache)
+
+#if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
+using Avx2Kernels = polyattn::exec::BasicCpuSimd<xsimd::fma3<xsimd::avx2>>;
+BENCHMARK(BM_DecodeVariant<polyattn::Mha, polyattn::Hnd, float, Avx2Kernels>)->Apply(DecodeShapes);
+BENCHMARK(BM_DecodeVariant<polyattn::Gqa<2>, polyattn::Hnd, float, Avx2Kernels>)->Apply(DecodeShapes);
+BENCHMARK(BM_DecodeVariant<polyattn::Mqa, polyattn::Hnd, float, Avx2Kernels>)->Apply(DecodeShapes);
+BENCHMARK(BM_DecodeVariant<polyattn::SlimK2, polyattn::Hnd, float, Avx2Kernels>)->Apply(DecodeShapes);
+BENCHMARK(BM_DecodeVariant<polyattn::XCache, polyattn::Hnd, float, Avx2Kernels>)->Apply(DecodeShapes);
+#endif
 
 int main(int argc, char** argv) { return polyattn::bench::run_roofline_benchmarks(argc, argv); }
