@@ -40,7 +40,7 @@ namespace polyattn::exec {
 template <class Arch>
 class BasicCpuSimd {
  public:
-  /// "cpu" for CpuSimd, else "cpu/" and the architecture ("cpu/fma3<avx2>").
+  /// "cpu" for CpuSimd, else "cpu/" and xsimd's name of the architecture ("cpu/fma3+avx2").
   static std::string name() { return std::is_same_v<Arch, xsimd::default_arch> ? "cpu" : std::string("cpu/") + Arch::name(); }
 
   /// Smallest chunk a sequence is split into: below this the merge costs more than it saves.
