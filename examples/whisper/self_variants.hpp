@@ -15,21 +15,25 @@
 //   mla<R>   Whisper-MLA (decoupled-key placement: decoder self-attention only): a rank-R latent
 //            from the joint SVD of [W_k | W_v] plus 2 frequency pairs per head kept exactly
 //            (R + 4 n_heads per token). Not exact below full rank, and not fine-tuned here.
+//
+// The conversions that solve or decompose (slimk's inverse, xcache's products, mla's SVD) are
+// compiled once, in self_variants.cpp: in every file that names a --self kind they cost ~25 s of
+// compile time each (Eigen's SVD and LU instantiated).
 #pragma once
 
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include <polyattn/convert/slim_k.hpp>
-#include <polyattn/convert/whisper_mla.hpp>
-#include <polyattn/convert/x_cache.hpp>
+#include <polyattn/convert/whisper_mla_weights.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 #include <polyattn/variants/mla.hpp>
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 
-#include "attention_weights.hpp"
 #include "self_attention.hpp"
+#include "weights.hpp"
 
 namespace polyattn::whisper {
 
@@ -49,22 +53,7 @@ struct SlimK {
   static constexpr bool mha_fallback = true;
   static std::string name() { return "slimk"; }
 
-  static SelfLayerWeights<variant> convert(const DecoderBlock& b, const WhisperDims& d, int layer) {
-    const Eigen::Index e = d.n_text_state;
-    SlimKWeights slim = convert_to_slim_k(self_attention_weights(b), {.layer = layer});
-    SelfLayerWeights<variant> w;
-    w.shape = self_attention_shape(d);
-    // [q | k]: the key bias is dropped (it shifts every score of a query equally; Whisper's is 0).
-    StoredLinear in{b.self_qkv.weight.rows_copy(0, 2 * e), RowVectorXf::Zero(2 * e)};
-    in.bias.head(e) = b.self_qkv.bias.head(e);
-    w.in = owned(std::move(in));
-    w.q_width = e;
-    w.parts = {e};
-    w.params.w_kv = std::move(slim.w_kv);
-    w.out = owned({b.self_out.weight, slim.b_o});  // b_o' = b_v W_o + b_o carries the value bias
-    w.note = slim.report.summary();
-    return w;
-  }
+  static SelfLayerWeights<variant> convert(const DecoderBlock& b, const WhisperDims& d, int layer);  // self_variants.cpp
 };
 
 struct XCache {
@@ -73,15 +62,20 @@ struct XCache {
   static constexpr bool mha_fallback = false;
   static std::string name() { return "xcache"; }
 
-  static SelfLayerWeights<variant> convert(const DecoderBlock& b, const WhisperDims& d, int) {
-    SelfLayerWeights<variant> w;
-    w.shape = self_attention_shape(d);
-    w.parts = {d.n_text_state};  // no input projection: queries and cache rows are x
-    w.params = make_x_cache_params(self_attention_weights(b), w.shape);
-    w.out = borrowed(b.self_out);
-    return w;
-  }
+  static SelfLayerWeights<variant> convert(const DecoderBlock& b, const WhisperDims& d, int layer);  // self_variants.cpp
 };
+
+// One layer's Whisper-MLA conversion at any rank (self_variants.cpp): x -> [q' | latent | kept
+// key dims] in one product, q' with its columns permuted as the keys' are; the up-projections in
+// `weights`.
+struct MlaSelfLayer {
+  StoredLinear in;
+  Eigen::Index q_width = 0;
+  std::vector<Eigen::Index> parts;  // {rank, n_heads * kept dims}
+  convert::WhisperMlaWeights weights;
+  std::string note;
+};
+MlaSelfLayer convert_mla_self(const DecoderBlock& b, const WhisperDims& d, int layer, int rank, int kept_pairs);
 
 template <int Rank>
 struct Mla {
@@ -92,28 +86,15 @@ struct Mla {
   static std::string name() { return "mla" + std::to_string(Rank); }
 
   static SelfLayerWeights<variant> convert(const DecoderBlock& b, const WhisperDims& d, int layer) {
-    const MhaWeights src = self_attention_weights(b);
-    const AttentionShape shape = self_attention_shape(d);
-    const convert::WhisperMlaDecomposition decomposition(
-        src, shape, convert::select_kept_pairs(src, shape, kept_pairs, convert::KeepSelection::uniform, {}));
-    const convert::WhisperMlaWeights c = decomposition.truncate(Rank);
-    const Eigen::Index e = d.n_text_state, kept = c.w_kp.cols();
+    MlaSelfLayer m = convert_mla_self(b, d, layer, Rank, kept_pairs);
     SelfLayerWeights<variant> w;
-    w.shape = shape;
-    // [q' | latent | kept key dims], q' with its columns permuted as the keys' are.
-    RowMatrixXf in(e + Rank + kept, d.n_text_state);
-    in.topRows(e) = c.w_q.transpose().cast<float>();
-    in.middleRows(e, Rank) = c.w_dkv.transpose().cast<float>();
-    in.bottomRows(kept) = c.w_kp.transpose().cast<float>();
-    RowVectorXf in_bias = RowVectorXf::Zero(e + Rank + kept);
-    if (c.b_q.size() > 0) in_bias.head(e) = c.b_q.cast<float>();
-    w.in = owned({WeightMatrix(std::move(in)), std::move(in_bias)});
-    w.q_width = e;
-    w.parts = {Rank, kept};
-    w.params = c.template mla_params<variant>();
+    w.shape = self_attention_shape(d);
+    w.in = owned(std::move(m.in));
+    w.q_width = m.q_width;
+    w.parts = std::move(m.parts);
+    w.params = m.weights.template mla_params<variant>();
     w.out = borrowed(b.self_out);
-    w.note = "layer " + std::to_string(layer) + ": latent rank " + std::to_string(Rank) + " + " + std::to_string(2 * kept_pairs) +
-             " kept key dims per head; relative weight error of [W_k | W_v] " + std::to_string(decomposition.weight_error(Rank));
+    w.note = std::move(m.note);
     return w;
   }
 };
