@@ -1,39 +1,25 @@
-// CPU executor: xsimd kernels.
-//   decode   one query row per sequence: parallel over (query row, cache head) and, when that
-//            leaves threads idle, over chunks of each sequence (flash-decoding). Chunk results
-//            are recombined exactly with the online-softmax merge, so one long sequence still
-//            uses every core.
-//   prefill  several consecutive query rows of one sequence (a prefill, an uncached attention):
-//            blocks of rows, parallel over (block, cache head), each block reading a tile's keys
-//            once for all its rows (attend_block.hpp).
-// Both read only the tokens a row's key mask (core/key_mask.hpp) gives it, and ask the mask
-// inside the tile loop when it drops keys.
+// CPU executor: xsimd kernels (exec/cpu/attend_jobs.hpp: decode, prefill, and how they are split
+// over the executor's threads).
 //
 // The kernels are compiled for one xsimd architecture, a template parameter: its vector width,
 // register count (the register blocks follow it) and conversion instructions. CpuSimd takes the
 // best one this translation unit is compiled for (xsimd::default_arch: AVX-512 on the Xeon with
 // -march=native, AVX2 + FMA on a CPU without AVX-512). A build for AVX-512 also has the AVX2
 // instructions, so BasicCpuSimd<xsimd::fma3<xsimd::avx2>> runs there the kernels an AVX2-only CPU
-// runs (tests/test_equivalence_cpu.cpp checks them on every machine that has both).
+// runs (tests/test_equivalence_cpu.cpp checks them on every machine that has both). To choose the
+// architecture when the program runs rather than when it is compiled: exec::DispatchCpuSimd
+// (exec/cpu/dispatch_cpu_simd.hpp).
 #pragma once
 
-#include <algorithm>
-#include <cstddef>
-#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
-#include <vector>
 
-#include <Eigen/Core>
 #include <xsimd/xsimd.hpp>
 
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/key_mask.hpp"
-#include "polyattn/core/online_softmax.hpp"
-#include "polyattn/core/thread_pool.hpp"
-#include "polyattn/exec/cpu/attend_block.hpp"
-#include "polyattn/exec/cpu/kernels.hpp"
+#include "polyattn/exec/cpu/attend_jobs.hpp"
 
 namespace polyattn::exec {
 
@@ -43,133 +29,18 @@ class BasicCpuSimd {
   /// "cpu" for CpuSimd, else "cpu/" and xsimd's name of the architecture ("cpu/fma3+avx2").
   static std::string name() { return std::is_same_v<Arch, xsimd::default_arch> ? "cpu" : std::string("cpu/") + Arch::name(); }
 
-  /// Smallest chunk a sequence is split into: below this the merge costs more than it saves.
-  static constexpr int kMinChunk = 256;
-
-  /// Consecutive query rows of one sequence from which they are attended as blocks (prefill)
-  /// rather than one by one (decode).
-  static constexpr int kMinBlockRows = 4;
-
   /// `threads` counts the calling thread; 0 = all hardware threads.
-  explicit BasicCpuSimd(int threads = 0) : pool_(std::make_unique<ThreadPool>(threads)) {}
+  explicit BasicCpuSimd(int threads = 0) : state_(threads) {}
 
-  int threads() const { return pool_->size(); }
+  int threads() const { return state_.pool->size(); }
 
   template <KeyMask KeyMaskT = PrefixMask, class Store>
   void attend(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) {
-    using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
-    static_assert(std::is_same_v<T, float> || std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>,
-                  "polyattn: the CpuSimd executor reads float, Eigen::half and Eigen::bfloat16 caches (double caches are "
-                  "exec::Reference only)");
-    // Runs of at least kMinBlockRows jobs of one sequence go to the block kernel, the others to
-    // the decode kernel.
-    blocks_.clear();
-    single_.clear();
-    for_each_sequence_run(jobs, [&](std::size_t first, std::size_t count) {
-      if (count >= std::size_t(kMinBlockRows)) {
-        // Whether the run's rows see the same keys, judged by its first and last rows: it only
-        // sizes the blocks (block_rows), each block is exact whatever its rows see.
-        const bool uniform = KeyMaskT::range(jobs[first]) == KeyMaskT::range(jobs[first + count - 1]);
-        const std::size_t rows = std::size_t(cpu::block_rows<Arch>(spec, uniform, int(count)));
-        for (std::size_t b = 0; b < count; b += rows) blocks_.push_back(jobs.subspan(first + b, std::min(count - b, rows)));
-      } else {
-        single_.insert(single_.end(), jobs.begin() + std::ptrdiff_t(first), jobs.begin() + std::ptrdiff_t(first + count));
-      }
-    });
-    if (!blocks_.empty()) attend_blocks<KeyMaskT>(store, spec);
-    if (single_.size() == jobs.size())
-      attend_rows<KeyMaskT>(store, spec, jobs);
-    else if (!single_.empty())
-      attend_rows<KeyMaskT>(store, spec, std::span<const QueryJob>(single_));
+    cpu::attend_jobs<Arch, KeyMaskT>(state_, store, spec, jobs);
   }
 
  private:
-  /// Every (block, cache head) is a task; the last blocks first, since under a causal mask they
-  /// see the most tokens (the pool hands tasks out in order, so long ones do not come last).
-  template <class KeyMaskT, class Store>
-  void attend_blocks(const Store& store, const AttendSpec& spec) {
-    const int H = spec.cache_heads, n = int(blocks_.size());
-    pool_->parallel_for(n * H, [&](int task) {
-      thread_local cpu::BlockScratch scratch;
-      const int block = n - 1 - task / H, head = task % H;
-      cpu::attend_block<Arch, KeyMaskT>(store, spec, head, blocks_[std::size_t(block)], scratch);
-    });
-  }
-
-  /// The decode kernel: one query row per job, over the tokens of its key range.
-  template <class KeyMaskT, class Store>
-  void attend_rows(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) {
-    const int H = spec.cache_heads, G = spec.group, dv = spec.value_dim;
-    const int n_jobs = int(jobs.size());
-    if (n_jobs == 0) return;
-
-    // Plan: a unit is one (job, chunk, cache head); a task runs the units of one (job, chunk) for
-    // a block of heads: all of them when a token's heads are adjacent in memory (Nhd), so that
-    // each tile's rows are read once for all heads, else one. Enough tasks for every thread
-    // (4 per thread smooths uneven lengths).
-    const int heads_per_task = cpu::heads_adjacent<Store>() ? H : 1;
-    const int head_blocks = H / heads_per_task;
-    const int blocks = n_jobs * head_blocks;
-    const int wanted_splits = std::max(1, (4 * threads() + blocks - 1) / blocks);
-    std::vector<int> chunk_len(std::size_t{0} + std::size_t(n_jobs));
-    std::vector<int> first_unit(std::size_t(n_jobs) + 1, 0), first_task(std::size_t(n_jobs) + 1, 0);
-    for (int j = 0; j < n_jobs; ++j) {
-      const int visible = KeyMaskT::range(jobs[std::size_t(j)]).size();
-      const int splits = std::clamp((visible + kMinChunk - 1) / kMinChunk, 1, wanted_splits);
-      chunk_len[std::size_t(j)] = std::max(1, (visible + splits - 1) / splits);
-      const int chunks = std::max(1, (visible + chunk_len[std::size_t(j)] - 1) / chunk_len[std::size_t(j)]);
-      first_unit[std::size_t(j) + 1] = first_unit[std::size_t(j)] + chunks * H;
-      first_task[std::size_t(j) + 1] = first_task[std::size_t(j)] + chunks * head_blocks;
-    }
-    const int n_units = first_unit.back();
-
-    // Per unit and query head of the group: a softmax state and a value accumulator; the units
-    // of one (job, chunk) are adjacent, head after head.
-    states_.assign(std::size_t(n_units) * G, SoftmaxState<float>{});
-    acc_.resize(std::size_t(n_units) * G * dv);
-
-    pool_->parallel_for(first_task.back(), [&](int task) {
-      const int j = int(std::upper_bound(first_task.begin(), first_task.end(), task) - first_task.begin()) - 1;
-      const QueryJob& job = jobs[std::size_t(j)];
-      const int local = task - first_task[std::size_t(j)];
-      const int h0 = local % head_blocks * heads_per_task, chunk = local / head_blocks;
-      const KeyRange keys = KeyMaskT::range(job);
-      const int begin = keys.first + chunk * chunk_len[std::size_t(j)];
-      const int end = std::min(keys.end, begin + chunk_len[std::size_t(j)]);
-      const std::size_t unit = std::size_t(first_unit[std::size_t(j)] + chunk * H + h0);
-      thread_local std::vector<float> q, scores;
-      q.resize(std::size_t(heads_per_task) * G * spec.key_dim);
-      scores.resize(std::size_t(G) * cpu::kTile);
-      const float* q_heads = job.query + std::ptrdiff_t(h0) * G * spec.key_dim;
-      for (std::size_t i = 0; i < q.size(); ++i) q[i] = q_heads[i] * spec.scale;  // fold the scale into q once
-      cpu::attend_chunk<Arch, KeyMaskT>(store, spec, job, h0, heads_per_task, begin, end, q.data(),
-                              {states_.data() + unit * G, acc_.data() + unit * G * dv}, scores.data());
-    });
-
-    // Merge each (job, head)'s chunks in order and normalise.
-    pool_->parallel_for(n_jobs * H, [&](int pair) {
-      const int j = pair / H, h = pair % H;
-      const int chunks = (first_unit[std::size_t(j) + 1] - first_unit[std::size_t(j)]) / H;
-      for (int g = 0; g < G; ++g) {
-        const std::size_t first = std::size_t(first_unit[std::size_t(j)] + h) * G + g;
-        SoftmaxState<float> state = states_[first];
-        float* acc = acc_.data() + first * dv;
-        for (int c = 1; c < chunks; ++c) {
-          const std::size_t other = std::size_t(first_unit[std::size_t(j)] + c * H + h) * G + g;
-          merge_softmax(state, acc, states_[other], acc_.data() + other * dv, dv);
-        }
-        float* out = jobs[std::size_t(j)].out + std::ptrdiff_t(h * G + g) * dv;
-        const float inv = state.sum > 0 ? 1.0f / state.sum : 0.0f;
-        for (int i = 0; i < dv; ++i) out[i] = acc[i] * inv;
-      }
-    });
-  }
-
-  std::unique_ptr<ThreadPool> pool_;
-  std::vector<std::span<const QueryJob>> blocks_;  // attend's plan: query blocks, and rows for the decode kernel
-  std::vector<QueryJob> single_;
-  std::vector<SoftmaxState<float>> states_;
-  std::vector<float> acc_;
+  cpu::ExecutorState state_;
 };
 
 /// The CPU executor on the best architecture the translation unit is compiled for.

@@ -1,0 +1,72 @@
+// One decode step of Attention<V, Layout, Executor, T> as a Google Benchmark case: one query per
+// sequence over L cached tokens, args {L, batch}, with the bytes it reads and the multiply-adds
+// it does against the run's two roofs (roofline.hpp). bench_decode_variants and
+// bench_decode_dispatch run it.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <polyattn/polyattn.hpp>
+
+#include "support/roofline.hpp"
+#include "support/variant_inputs.hpp"
+
+namespace polyattn::bench {
+
+
+inline constexpr double kMaxCacheBytes = 16.0 * (1ull << 30);
+
+/// args: context length L, batch.
+template <class V, class Layout, class T, class Executor = exec::CpuSimd>
+void BM_DecodeVariant(benchmark::State& state) {
+  const AttentionShape shape{6, 64};
+  const int length = int(state.range(0)), batch = int(state.range(1));
+  using A = Attention<V, Layout, Executor, T>;
+  if (double(A::cache_bytes_per_token(shape)) * length * batch > kMaxCacheBytes) {
+    state.SkipWithError("cache over 16 GiB: skipped");
+    return;
+  }
+  std::mt19937 rng(42);
+  const Inputs<V> inputs(shape, rng);
+  A attn(shape, {.max_sequences = batch, .capacity = length}, Inputs<V>::params(shape, rng), 0);
+  std::vector<int> seqs;
+  for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
+  fill_cache(attn, seqs, length, [&](A& a, int seq, int n) { a.append(seq, inputs.rows(n)); });
+
+  const RowMatrixXf q = uniform(batch, V::query_width(shape), rng);
+  RowMatrixXf out(batch, V::output_width(shape));
+  read_bandwidth();  // both probes run before any timing
+  fma_throughput();
+  for (auto _ : state) {
+    attn.attend(seqs, q, out);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  // Bytes: the cache rows the step reads. Multiply-adds: every query head scores each token
+  // (key_dim) and accumulates its value row (value_dim); the variants' query and output maps
+  // (a few per step, not per token) are left out.
+  const AttendSpec spec = V::attend_spec(shape, attn.params());
+  double bytes = 0, macs = 0;
+  for (int seq : seqs) {
+    bytes += double(attn.cache_bytes_used(seq));
+    macs += double(attn.length(seq)) * spec.query_heads() * (spec.key_dim + spec.value_dim);
+  }
+  state.counters["cache_B_per_token"] = double(A::cache_bytes_per_token(shape));
+  report_roofline(state, bytes, macs);
+  if constexpr (requires { attn.executor().kernels(); })
+    state.SetLabel(A::name() + " ran " + attn.executor().kernels());  // an executor that chooses when it runs
+  else
+    state.SetLabel(A::name());
+}
+
+inline void DecodeShapes(benchmark::internal::Benchmark* b) {
+  for (int length : {1500, 4096, 16384, 65536})
+    for (int batch : {1, 16, 64}) b->Args({length, batch});
+  b->ArgNames({"L", "batch"})->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+}
+
+}  // namespace polyattn::bench
