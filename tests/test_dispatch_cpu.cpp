@@ -1,6 +1,6 @@
 // exec::DispatchCpuSimd (exec/cpu/dispatch_cpu_simd.hpp) in the program a user would ship: this
 // file is built for x86-64-v3 (AVX2, no -march=native) and the AVX-512 kernels come from a shared
-// library built for x86-64-v4 (support/cpu_kernels_avx512.cpp). On a CPU with AVX-512 the
+// library built for x86-64-v4 (support/dispatch_kernels_avx512.cpp). On a CPU with AVX-512 the
 // executor runs those, elsewhere the AVX2 kernels compiled here; refused, it runs the AVX2 ones
 // anywhere. Either way every KV-sharing variant x layout meets the dense oracle (the equivalence
 // scenarios), and the 16-bit caches meet it over their rounded rows.

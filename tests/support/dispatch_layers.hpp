@@ -1,5 +1,5 @@
 // The Attention types of test_dispatch_cpu: KV-sharing variants x layouts on
-// exec::DispatchCpuSimd<xsimd::avx512bw>, whose AVX-512 kernels support/cpu_kernels_avx512.cpp
+// exec::DispatchCpuSimd<xsimd::avx512bw>, whose AVX-512 kernels support/dispatch_kernels_avx512.cpp
 // compiles (a translation unit built for x86-64-v4, in a shared library) and which every other
 // file declares here. The test itself is built for x86-64-v3: one program, as a user would ship
 // it, that runs the AVX-512 kernels where the CPU has them and the AVX2 ones elsewhere.
@@ -39,7 +39,7 @@ using Gqa4NhdBf16 = Attention<Gqa<4>, Nhd, Executor, Eigen::bfloat16>;
 }  // namespace polyattn::testing::dispatch
 
 // X(layer) for one type of each (key mask, cache store) pair above (the variants share them):
-// cpu_kernels_avx512.cpp instantiates their kernels, every other file declares them.
+// dispatch_kernels_avx512.cpp instantiates their kernels, every other file declares them.
 #define POLYATTN_DISPATCH_TEST_LAYERS(X) X(MhaNhd) X(MhaHnd) X(MhaPaged) X(Gqa4Paged) X(MhaHndHalf) X(Gqa4NhdBf16)
 
 #define POLYATTN_DISPATCH_TEST_EXTERN(layer) POLYATTN_EXTERN_CPU_KERNELS(xsimd::avx512bw, polyattn::testing::dispatch::layer)

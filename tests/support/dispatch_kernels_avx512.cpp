@@ -3,7 +3,7 @@
 #include "support/dispatch_layers.hpp"
 
 #if !XSIMD_WITH_AVX512BW
-#error "cpu_kernels_avx512.cpp is built for AVX-512 (-march=x86-64-v4): tests/CMakeLists.txt"
+#error "dispatch_kernels_avx512.cpp is built for AVX-512 (-march=x86-64-v4): tests/CMakeLists.txt"
 #endif
 
 #define POLYATTN_DISPATCH_TEST_KERNELS(layer) POLYATTN_CPU_KERNELS(xsimd::avx512bw, polyattn::testing::dispatch::layer)
