@@ -20,7 +20,8 @@
 // compiler refuses a pair instantiated twice). POLYATTN_CPU_KERNELS_FOR names any other pair the
 // executor is given (an uncached attention's MatrixRows, the views of a variant that derives
 // rows). A pair that was not declared does not compile, with a message that says so: never a
-// silent fall back to the slower kernels.
+// silent fall back to the slower kernels. Write the macros at global scope (explicit
+// instantiations belong to a namespace that encloses polyattn's).
 //
 // Link the Arch translation unit into a shared library that exports nothing but its kernels (a
 // linker version script; cmake/cpu_kernels.map is one). The functions it compiles inline
