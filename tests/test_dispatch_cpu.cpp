@@ -2,7 +2,7 @@
 // file is built for x86-64-v3 (AVX2, no -march=native) and the AVX-512 kernels come from a shared
 // library built for x86-64-v4 (support/dispatch_kernels_avx512.cpp). On a CPU with AVX-512 the
 // executor runs those, elsewhere the AVX2 kernels compiled here; refused, it runs the AVX2 ones
-// anywhere. Either way every KV-sharing variant x layout meets the dense oracle (the equivalence
+// anywhere. Either way Mha, Gqa<4> and Mqa on every layout meet the dense oracle (the equivalence
 // scenarios), and the 16-bit caches meet it over their rounded rows.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN  // doctest's main compiled here too: nothing in this program is built for more than x86-64-v3
 #include <doctest/doctest.h>
@@ -38,14 +38,10 @@ TEST_CASE("dispatch: the AVX-512 kernels where the CPU runs x86-64-v4, the AVX2 
   CHECK(dispatch::Executor::name() == "cpu/avx512bw|fma3+avx2");
 }
 
-#define POLYATTN_DISPATCH_FLOAT_COMBOS(E)                                                                                 \
-  polyattn::testing::EquivalenceCombo<polyattn::Mha, polyattn::Nhd, E>, polyattn::testing::EquivalenceCombo<polyattn::Mha, polyattn::Hnd, E>, \
-      polyattn::testing::EquivalenceCombo<polyattn::Mha, polyattn::Paged<16>, E>,                                    \
-      polyattn::testing::EquivalenceCombo<polyattn::Gqa<4>, polyattn::Nhd, E>,                                       \
-      polyattn::testing::EquivalenceCombo<polyattn::Gqa<4>, polyattn::Hnd, E>,                                       \
-      polyattn::testing::EquivalenceCombo<polyattn::Gqa<4>, polyattn::Paged<7>, E>,                                  \
-      polyattn::testing::EquivalenceCombo<polyattn::Mqa, polyattn::Nhd, E>, polyattn::testing::EquivalenceCombo<polyattn::Mqa, polyattn::Hnd, E>, \
-      polyattn::testing::EquivalenceCombo<polyattn::Mqa, polyattn::Paged<16>, E>
+/// Mha, Gqa<4>, Mqa on every layout of the equivalence suite, on executor E.
+#define POLYATTN_DISPATCH_FLOAT_COMBOS(E)                                                          \
+  POLYATTN_EQUIVALENCE_LAYOUTS_FOR(polyattn::Mha, E), POLYATTN_EQUIVALENCE_LAYOUTS_FOR(polyattn::Gqa<4>, E), \
+      POLYATTN_EQUIVALENCE_LAYOUTS_FOR(polyattn::Mqa, E)
 
 TEST_CASE_TEMPLATE("dispatch: the equivalence scenarios match the dense oracle", C, POLYATTN_DISPATCH_FLOAT_COMBOS(dispatch::Executor),
                    POLYATTN_DISPATCH_FLOAT_COMBOS(dispatch::FallbackExecutor)) {

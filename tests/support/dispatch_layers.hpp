@@ -24,23 +24,21 @@ struct FallbackExecutor : Executor {
   static std::string name() { return "cpu/dispatch refused"; }
 };
 
+// One Attention type per (key mask, cache store) pair the test gives the executor: the float
+// stores of support/equivalence_combos.hpp's layouts (every variant there shares them) and the
+// two 16-bit caches.
 using MhaNhd = Attention<Mha, Nhd, Executor, float>;
 using MhaHnd = Attention<Mha, Hnd, Executor, float>;
-using MhaPaged = Attention<Mha, Paged<16>, Executor, float>;
-using Gqa4Nhd = Attention<Gqa<4>, Nhd, Executor, float>;
-using Gqa4Hnd = Attention<Gqa<4>, Hnd, Executor, float>;
-using Gqa4Paged = Attention<Gqa<4>, Paged<7>, Executor, float>;
-using MqaNhd = Attention<Mqa, Nhd, Executor, float>;
-using MqaHnd = Attention<Mqa, Hnd, Executor, float>;
-using MqaPaged = Attention<Mqa, Paged<16>, Executor, float>;
+using MhaPaged16 = Attention<Mha, Paged<16>, Executor, float>;
+using MhaPaged7 = Attention<Mha, Paged<7>, Executor, float>;
 using MhaHndHalf = Attention<Mha, Hnd, Executor, Eigen::half>;
 using Gqa4NhdBf16 = Attention<Gqa<4>, Nhd, Executor, Eigen::bfloat16>;
 
 }  // namespace polyattn::testing::dispatch
 
-// X(layer) for one type of each (key mask, cache store) pair above (the variants share them):
-// dispatch_kernels_avx512.cpp instantiates their kernels, every other file declares them.
-#define POLYATTN_DISPATCH_TEST_LAYERS(X) X(MhaNhd) X(MhaHnd) X(MhaPaged) X(Gqa4Paged) X(MhaHndHalf) X(Gqa4NhdBf16)
+// X(layer) for each type above: dispatch_kernels_avx512.cpp instantiates their kernels, every
+// other file declares them.
+#define POLYATTN_DISPATCH_TEST_LAYERS(X) X(MhaNhd) X(MhaHnd) X(MhaPaged16) X(MhaPaged7) X(MhaHndHalf) X(Gqa4NhdBf16)
 
 #define POLYATTN_DISPATCH_TEST_EXTERN(layer) POLYATTN_EXTERN_CPU_KERNELS(xsimd::avx512bw, polyattn::testing::dispatch::layer)
 POLYATTN_DISPATCH_TEST_LAYERS(POLYATTN_DISPATCH_TEST_EXTERN)
