@@ -1,10 +1,13 @@
-// 16-bit caches on the CpuSimd executor: Attention<V, L, exec::CpuSimd, T> for T = Eigen::half
-// and Eigen::bfloat16 against exec::Reference over the *same* 16-bit cache (both read exactly the
-// rounded values; CpuSimd converts them to fp32 right after the load and sums in fp32, Reference
-// in double), so the difference is the fp32 summation error alone:
-//  - Mha, Gqa<2>, Mqa: q, k, v in [-1, 1] (rounding keeps them there), fp32_attention_tolerance.
+// 16-bit and int8 caches on the CpuSimd executor: Attention<V, L, exec::CpuSimd, T> for T =
+// Eigen::half, Eigen::bfloat16 and std::int8_t against exec::Reference over the *same* cache (both
+// read exactly the rounded values: CpuSimd converts them to fp32 right after the load, or decodes
+// an int8 tile to fp32 with decode_at's products, and sums in fp32, Reference in double), so the
+// difference is the fp32 summation error alone:
+//  - Mha, Gqa<2>, Mqa: q, k, v in [-1, 1] (rounding keeps them there; int8's decode within
+//    2^-24 of it), fp32_attention_tolerance.
 //  - SlimK2, XCache: a converted layer (support/mha_layer.hpp), executor_tolerance, with the key
-//    and value norms it measures on the unrounded rows raised by (1 + u) for the rounding.
+//    and value norms it measures on the unrounded rows raised by norm_growth for the rounding.
+// int8 also on the AVX2 kernels of an AVX-512 build.
 // NaN-poisoned unused capacity, ragged batches (one sequence long enough to be split across
 // threads), head dims that are not a multiple of 16, page boundaries (Paged<16>). And the vector
 // loads themselves, on the default kernels and (on an AVX-512 build) the AVX2 ones, over every
@@ -33,12 +36,24 @@ using namespace polyattn::testing;
 
 namespace {
 
-template <class V, class L, class T>
+template <class V, class L, class T, class E = exec::CpuSimd>
 struct Combo {
   using variant = V;
   using layout = L;
   using element = T;
+  using executor = E;
 };
+
+/// How much rounding to T can grow the 2-norm of a row of `width` elements: by (1 + u) for a
+/// 16-bit T; for int8 each element moves by at most half its segment's step, max|x| / 254 <=
+/// |x|_2 / 254, so the row by sqrt(width) / 254 of its norm (plus the decode's 2^-24).
+template <class T>
+double norm_growth(int width) {
+  if constexpr (std::is_same_v<T, std::int8_t>)
+    return 1 + std::sqrt(double(width)) / 254 + 0x1p-24;
+  else
+    return 1 + unit_roundoff<T>();
+}
 
 /// Prefills sequences of ragged lengths, then decodes them together; returns every output row
 /// stacked (prefill rows, then each step's batch). Same rng seed -> same inputs for both executors.
@@ -74,18 +89,18 @@ RowMatrixXf ragged_prefill_then_decode(AttentionShape shape) {
   return all;
 }
 
-template <class V, class L, class T>
+template <class V, class L, class T, class E>
 void check_kv_sharing_variant() {
   for (int head_dim : {17, 64, 72}) {
     const AttentionShape shape{6, head_dim};
-    const RowMatrixXf cpu = ragged_prefill_then_decode<Attention<V, L, exec::CpuSimd, T>>(shape);
+    const RowMatrixXf cpu = ragged_prefill_then_decode<Attention<V, L, E, T>>(shape);
     const RowMatrixXf ref = ragged_prefill_then_decode<Attention<V, L, exec::Reference, T>>(shape);
-    INFO(Attention<V, L, exec::CpuSimd, T>::name(), " ", sizeof(T) * 8, "-bit cache, head_dim ", head_dim);
+    INFO(Attention<V, L, E, T>::name(), " ", sizeof(T) * 8, "-bit cache, head_dim ", head_dim);
     CHECK(max_abs_diff(cpu, ref) <= fp32_attention_tolerance(head_dim, 303));
   }
 }
 
-template <class V, class L, class T>
+template <class V, class L, class T, class E>
 void check_converted_variant() {
   const AttentionShape shape{6, 20};  // input width 120, heads of 20: neither a multiple of 16
   std::mt19937 rng(23);
@@ -95,29 +110,41 @@ void check_converted_variant() {
   m.slim = convert_to_slim_k(m.mha, {});
   m.xcache = make_x_cache_params(m.mha, shape);
   const Script s = Script::random(shape.input_width(), rng, 4, 0.0, 1);  // sequence b: one token
-  Attention<V, L, exec::CpuSimd, T> cpu(shape, script_cache(), params_for<V>(m), 2);
+  Attention<V, L, E, T> cpu(shape, script_cache(), params_for<V>(m), 2);
   Attention<V, L, exec::Reference, T> ref(shape, script_cache(), params_for<V>(m), 2);
-  const double u = unit_roundoff<T>();
-  const double tol = executor_tolerance<V>(m, s, script_cache().capacity) * (1 + u) * (1 + u);
+  const double growth = norm_growth<T>(std::max(shape.input_width(), shape.query_width()));
+  const double tol = executor_tolerance<V>(m, s, script_cache().capacity) * growth * growth;
   INFO(decltype(cpu)::name(), " ", sizeof(T) * 8, "-bit cache");
   CHECK(max_abs_diff(run_script(cpu, m, s), run_script(ref, m, s)) <= tol);
 }
 
 #define POLYATTN_CPU_ELEMENT_COMBOS_FOR(V)                                                                       \
   Combo<V, Nhd, Eigen::half>, Combo<V, Hnd, Eigen::half>, Combo<V, Paged<16>, Eigen::half>,                   \
-      Combo<V, Nhd, Eigen::bfloat16>, Combo<V, Hnd, Eigen::bfloat16>, Combo<V, Paged<16>, Eigen::bfloat16>
+      Combo<V, Nhd, Eigen::bfloat16>, Combo<V, Hnd, Eigen::bfloat16>, Combo<V, Paged<16>, Eigen::bfloat16>,   \
+      Combo<V, Nhd, std::int8_t>, Combo<V, Hnd, std::int8_t>, Combo<V, Paged<16>, std::int8_t>
+
+#if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
+using Avx2Kernels = exec::BasicCpuSimd<xsimd::fma3<xsimd::avx2>>;
+/// int8 on the AVX2 kernels (8 lanes, the 8-code load): one combo per variant, each layout once.
+#define POLYATTN_CPU_AVX2_INT8_COMBOS                                                                             \
+  , Combo<Mha, Paged<16>, std::int8_t, Avx2Kernels>, Combo<Gqa<2>, Nhd, std::int8_t, Avx2Kernels>,              \
+      Combo<Mqa, Hnd, std::int8_t, Avx2Kernels>, Combo<SlimK2, Paged<16>, std::int8_t, Avx2Kernels>,            \
+      Combo<XCache, Nhd, std::int8_t, Avx2Kernels>
+#else
+#define POLYATTN_CPU_AVX2_INT8_COMBOS
+#endif
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("CpuSimd over a 16-bit cache matches Reference over the same cache", C,
+TEST_CASE_TEMPLATE("CpuSimd over a 16-bit or int8 cache matches Reference over the same cache", C,
                    POLYATTN_CPU_ELEMENT_COMBOS_FOR(Mha), POLYATTN_CPU_ELEMENT_COMBOS_FOR(Gqa<2>),
                    POLYATTN_CPU_ELEMENT_COMBOS_FOR(Mqa), POLYATTN_CPU_ELEMENT_COMBOS_FOR(SlimK2),
-                   POLYATTN_CPU_ELEMENT_COMBOS_FOR(XCache)) {
+                   POLYATTN_CPU_ELEMENT_COMBOS_FOR(XCache) POLYATTN_CPU_AVX2_INT8_COMBOS) {
   using V = typename C::variant;
   if constexpr (std::is_same_v<V, SlimK2> || std::is_same_v<V, XCache>)
-    check_converted_variant<V, typename C::layout, typename C::element>();
+    check_converted_variant<V, typename C::layout, typename C::element, typename C::executor>();
   else
-    check_kv_sharing_variant<V, typename C::layout, typename C::element>();
+    check_kv_sharing_variant<V, typename C::layout, typename C::element, typename C::executor>();
 }
 
 // The loads under both kernels' conversions (exec/cpu/load_floats.hpp: vcvtph2ps or the
@@ -139,6 +166,40 @@ TEST_CASE_TEMPLATE("CpuSimd's 16-bit loads decode every bit pattern as decode_el
           ++wrong;
       }
     }
+    CHECK(wrong == 0);
+  };
+  check(xsimd::default_arch{});
+#if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
+  check(xsimd::fma3<xsimd::avx2>{});
+#endif
+}
+
+// The int8 loads (8-bit codes sign-extended and converted to fp32, exec/cpu/load_floats.hpp) on
+// both kernels give float(code) for every code, and the tile decode (int8_tile.hpp) gives
+// decode_at's values bit for bit, segment boundaries inside a vector and scalar tails included.
+TEST_CASE("CpuSimd's int8 loads and tile decode give decode_at's values") {
+  std::vector<std::int8_t> codes(256 + 64);
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = std::int8_t(int(i % 256) - 128);
+  std::mt19937 rng(3);
+  const RowMatrixXf x = random_matrix(5, 37, rng, 4.0f);
+  const RowScales layout = int8_row(37, 10);  // segments of 10, 10, 10 and 7
+  std::vector<std::int8_t> rows(std::size_t(5 * (layout.stored_elements() + 3)));  // stride: the row plus 3
+  const std::ptrdiff_t stride = layout.stored_elements() + 3;
+  for (int r = 0; r < 5; ++r) encode_row(rows.data() + r * stride, x.row(r).data(), 37, 10);
+  const auto check = [&]<class Arch>(Arch) {
+    INFO(Arch::name());
+    constexpr std::size_t W = xsimd::batch<float, Arch>::size;
+    alignas(64) float got[W];
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i + W <= codes.size(); i += W) {
+      exec::cpu::load_floats<Arch>(codes.data() + i).store_aligned(got);
+      for (std::size_t l = 0; l < W; ++l) wrong += got[l] != float(codes[i + l]);
+    }
+    CHECK(wrong == 0);
+    std::vector<float> decoded(5 * 37);
+    exec::cpu::decode_int8_rows<Arch>(rows.data(), stride, 5, layout, decoded.data());
+    for (int r = 0; r < 5; ++r)
+      for (int c = 0; c < 37; ++c) wrong += decoded[std::size_t(r * 37 + c)] != decode_at(rows.data() + r * stride, c, layout);
     CHECK(wrong == 0);
   };
   check(xsimd::default_arch{});

@@ -1,7 +1,8 @@
 // One decode step (one query per sequence over L cached tokens) of every variant that reduces
 // to the attend primitive with a different group shape, on Attention<V, L, exec::CpuSimd, T>:
 //   V in {Mha, Gqa<2>, Mqa, SlimK2, XCache} (6 heads of 64, d = 384: Whisper tiny),
-//   L in {Hnd, Nhd, Paged<16>}, T in {float, half, bfloat16}, L = 1500..65536, batch 1, 16, 64,
+//   L in {Hnd, Nhd, Paged<16>}, T in {float, half, bfloat16, int8 (codes + a float scale per
+//   segment)}, L = 1500..65536, batch 1, 16, 64,
 // against two roofs measured in the same run (support/roofline.hpp): a 2 GiB streaming-read
 // probe and an FMA-throughput probe, both on every core. A case whose cache would exceed 16 GiB
 // is skipped. Compare variants as ratios within one run; no time is asserted. On an AVX-512 build
@@ -26,7 +27,8 @@ using polyattn::bench::DecodeShapes;
 #define POLYATTN_DECODE_VARIANT(V, L)                                                  \
   BENCHMARK(BM_DecodeVariant<V, L, float>)->Apply(DecodeShapes);                       \
   BENCHMARK(BM_DecodeVariant<V, L, Eigen::half>)->Apply(DecodeShapes);                 \
-  BENCHMARK(BM_DecodeVariant<V, L, Eigen::bfloat16>)->Apply(DecodeShapes);
+  BENCHMARK(BM_DecodeVariant<V, L, Eigen::bfloat16>)->Apply(DecodeShapes);           \
+  BENCHMARK(BM_DecodeVariant<V, L, std::int8_t>)->Apply(DecodeShapes);
 #define POLYATTN_DECODE_VARIANT_LAYOUTS(V)       \
   POLYATTN_DECODE_VARIANT(V, polyattn::Hnd)      \
   POLYATTN_DECODE_VARIANT(V, polyattn::Nhd)      \

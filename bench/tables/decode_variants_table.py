@@ -10,7 +10,7 @@ import sys
 
 NAME = re.compile(r"BM_DecodeVariant<polyattn::(\w+(?:<\d+>)?), polyattn::(\w+(?:<\d+>)?), (\w+(?:::\w+)?)>/L:(\d+)/batch:(\d+)")
 VARIANTS = ["Mha", "Gqa<2>", "Mqa", "SlimK2", "XCache"]
-ELEMENT = {"float": "f32", "Eigen::half": "f16", "Eigen::bfloat16": "bf16"}
+ELEMENT = {"float": "f32", "Eigen::half": "f16", "Eigen::bfloat16": "bf16", "std::int8_t": "i8"}
 
 
 def load(path):
@@ -62,15 +62,24 @@ def main(path, before_path=None):
             r = runs.get(shape + (v,))
             ratios.append(f"{r['real_time'] / mha['real_time']:.2f} ({r['MB_per_step'] / mha['MB_per_step']:.2f})" if r and mha else "-")
         print(f"| {shape[0]} | {shape[1]} | {shape[2]} | {shape[3]} | " + " | ".join(cells + ratios) + " |")
-    print("\n16-bit against float, time ratio (bytes 0.50):\n")
-    print("| layout | L | batch | " + " | ".join(f"{v} f16/f32, bf16/f32" for v in VARIANTS) + " |")
+    print("\n16-bit and int8 against float, time ratio (bytes: 0.50 for 16-bit; int8 in parentheses, "
+          "its scales included):\n")
+    print("| layout | L | batch | " + " | ".join(f"{v} f16/f32, bf16/f32, i8/f32" for v in VARIANTS) + " |")
     print("|" + "---|" * (3 + len(VARIANTS)))
     for layout, length, batch in sorted({(k[0], k[2], k[3]) for k in runs}):
         cells = []
         for v in VARIANTS:
             f = runs.get((layout, "f32", length, batch, v))
-            parts = [f"{runs[(layout, e, length, batch, v)]['real_time'] / f['real_time']:.2f}" if f and (layout, e, length, batch, v) in runs else "-"
-                     for e in ("f16", "bf16")]
+            parts = []
+            for e in ("f16", "bf16", "i8"):
+                r = runs.get((layout, e, length, batch, v))
+                if not (f and r):
+                    parts.append("-")
+                    continue
+                part = f"{r['real_time'] / f['real_time']:.2f}"
+                if e == "i8":
+                    part += f" ({r['MB_per_step'] / f['MB_per_step']:.2f})"
+                parts.append(part)
             cells.append(", ".join(parts))
         print(f"| {layout} | {length} | {batch} | " + " | ".join(cells) + " |")
 

@@ -15,9 +15,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from decode_variants_table import VARIANTS, load  # noqa: E402
 
-ELEMENTS = ["f32", "f16", "bf16"]
-MARKERS = {"f32": "o", "f16": "s", "bf16": "^"}
-LINES = {"f32": "-", "f16": "--", "bf16": ":"}
+ELEMENTS = ["f32", "f16", "bf16", "i8"]
+MARKERS = {"f32": "o", "f16": "s", "bf16": "^", "i8": "x"}
+LINES = {"f32": "-", "f16": "--", "bf16": ":", "i8": "-."}
 
 
 def title(context, what):
@@ -44,10 +44,10 @@ def time_vs_length(context, runs, layout, batch, path):
 
 def bytes_per_token(context, runs, path):
     fig, ax = plt.subplots(figsize=(7, 4))
-    width = 0.27
+    width = 0.2
     for i, e in enumerate(ELEMENTS):
         values = [next((r["cache_B_per_token"] for k, r in runs.items() if k[1] == e and k[4] == v), 0) for v in VARIANTS]
-        ax.bar([x + (i - 1) * width for x in range(len(VARIANTS))], values, width, label=e)
+        ax.bar([x + (i - (len(ELEMENTS) - 1) / 2) * width for x in range(len(VARIANTS))], values, width, label=e)
     ax.set_xticks(range(len(VARIANTS)), VARIANTS)
     ax.set_ylabel("cache bytes per token (one layer)")
     ax.set_title("Cache bytes per token, 6 heads of 64 (d = 384, Whisper tiny)")
@@ -59,10 +59,10 @@ def bytes_per_token(context, runs, path):
 def bandwidth(context, runs, layout, batch, path):
     length = max(k[2] for k in runs if k[0] == layout and k[3] == batch)
     fig, ax = plt.subplots(figsize=(7, 4))
-    width = 0.27
+    width = 0.2
     for i, e in enumerate(ELEMENTS):
         values = [runs[(layout, e, length, batch, v)]["GB_per_s"] if (layout, e, length, batch, v) in runs else 0 for v in VARIANTS]
-        ax.bar([x + (i - 1) * width for x in range(len(VARIANTS))], values, width, label=e)
+        ax.bar([x + (i - (len(ELEMENTS) - 1) / 2) * width for x in range(len(VARIANTS))], values, width, label=e)
     probe = float(context.get("read_probe_GB_per_s", 0))
     ax.axhline(probe, color="black", linestyle="--", label=f"read probe {probe:.1f} GB/s")
     ax.set_xticks(range(len(VARIANTS)), VARIANTS)

@@ -38,6 +38,7 @@
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/mask.hpp"
 #include "polyattn/core/matrix.hpp"
+#include "polyattn/core/row_codec.hpp"
 #include "polyattn/core/shape.hpp"
 #include "polyattn/variants/variant.hpp"
 
@@ -48,9 +49,13 @@ class Attention {
   static_assert(AttentionVariant<Variant>,
                 "polyattn: the Variant argument of Attention does not model AttentionVariant (see variants/variant.hpp)");
   static_assert(CacheElement<T>,
-                "polyattn: cache element type T must be float, double, Eigen::half or Eigen::bfloat16 (core/cache_element.hpp)");
+                "polyattn: cache element type T must be float, double, Eigen::half, Eigen::bfloat16 or std::int8_t "
+                "(core/cache_element.hpp)");
   static_assert(Variant::tokens_per_row >= 1, "polyattn: Variant::tokens_per_row must be >= 1");
   static constexpr bool merges_tokens = Variant::tokens_per_row > 1;
+  static_assert(!is_scaled_int8<T> || requires(AttentionShape s) { Variant::cache_scales_per_token(s); },
+                "polyattn: int8 caches are for the variants that say where a row's scales go "
+                "(cache_scales_per_token): Mha, Gqa, Mqa, SlimK2 and XCache");
 
  public:
   using variant_type = Variant;
@@ -64,12 +69,19 @@ class Attention {
 
   /// Bytes of cache one token costs for this variant and element type, at compile time (for a
   /// variant that merges tokens: per row / tokens_per_row, as the variant rounds it).
+  /// int8 caches: the codes and their float scales.
   static constexpr std::size_t cache_bytes_per_token(AttentionShape shape) {
-    return Variant::cache_elements_per_token(shape) * sizeof(T);
+    if constexpr (is_scaled_int8<T>)
+      return Variant::cache_elements_per_token(shape) + sizeof(float) * Variant::cache_scales_per_token(shape);
+    else
+      return Variant::cache_elements_per_token(shape) * sizeof(T);
   }
   /// Bytes of one cache row (= cache_bytes_per_token unless the variant merges tokens).
   static constexpr std::size_t cache_bytes_per_row(AttentionShape shape) {
-    return cache_elements_per_row<Variant>(shape) * sizeof(T);
+    if constexpr (is_scaled_int8<T>)
+      return cache_bytes_per_token(shape);  // no int8 variant merges tokens
+    else
+      return cache_elements_per_row<Variant>(shape) * sizeof(T);
   }
   /// Cache rows that hold `tokens` tokens.
   static constexpr int cache_rows_for(int tokens) { return (tokens + Variant::tokens_per_row - 1) / Variant::tokens_per_row; }
@@ -81,7 +93,7 @@ class Attention {
       : shape_(validated(shape, params)),
         params_(std::move(params)),
         spec_(spec_for(shape_, params_)),
-        store_(Variant::cache_tensors(shape_, params_), config),
+        store_(stored_tensors(shape_, params_), config),
         executor_(threads),
         tokens_(merges_tokens ? std::size_t(config.max_sequences) : 0, 0),
         open_rows_(std::size_t(config.max_sequences) * std::size_t(Variant::open_row_width), 0.0) {}
@@ -239,7 +251,30 @@ class Attention {
   static AttendSpec spec_for(const AttentionShape& shape, const Params& params) {
     AttendSpec spec = Variant::attend_spec(shape, params);
     spec.rewrites_last_row = merges_tokens;
+    if constexpr (is_scaled_int8<T>) {
+      const std::vector<TensorSpec> tensors = Variant::cache_tensors(shape, params);
+      const auto layout = [&](int tensor) {
+        const TensorSpec& t = tensors[std::size_t(tensor)];
+        return int8_row(t.dim, t.segment);
+      };
+      spec.key_scales = layout(spec.key_tensor);
+      spec.value_scales = layout(spec.value_tensor);
+      // What the executors rely on: each query head's key lies in one segment, values span whole rows.
+      const int seg = spec.key_scales.segment;
+      require<ShapeError>(spec.key_offset == 0 && spec.value_offset == 0 && spec.key_dim <= seg &&
+                              spec.key_group_stride % seg == 0 && spec.value_dim == spec.value_scales.codes,
+                          Variant::name(), ": an int8 cache needs each query head's key inside one scale segment of ", seg,
+                          " and whole value rows");
+    }
     return spec;
+  }
+
+  /// The tensors as the store holds them: an int8 row is its codes and then its scales.
+  static std::vector<TensorSpec> stored_tensors(const AttentionShape& shape, const Params& params) {
+    std::vector<TensorSpec> tensors = Variant::cache_tensors(shape, params);
+    if constexpr (is_scaled_int8<T>)
+      for (TensorSpec& t : tensors) t.dim = int8_row(t.dim, t.segment).stored_elements();
+    return tensors;
   }
 
   /// Cache rows that `n` more tokens of `seq` add (0 or more; a variant that merges tokens

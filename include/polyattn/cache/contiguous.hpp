@@ -21,6 +21,7 @@
 #include "polyattn/cache/sequence_table.hpp"
 #include "polyattn/cache/tensor_strides.hpp"
 #include "polyattn/cache/zeroed_buffer.hpp"
+#include "polyattn/core/cache_element.hpp"
 #include "polyattn/core/shape.hpp"
 
 namespace polyattn {
@@ -116,7 +117,7 @@ class ContiguousStore {
   std::size_t bytes_if_unshared() const { return bytes_held(); }
 
  private:
-  static T poison_value() { return std::numeric_limits<T>::quiet_NaN(); }
+  static T poison_value() { return poison_element<T>(); }
 
   std::size_t offset(int tensor, int seq, int token, int head) const {
     return std::size_t(strides_[std::size_t(tensor)].offset(seq, token, head));  // a sequence is one page

@@ -23,6 +23,7 @@
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/cache/sequence_table.hpp"
 #include "polyattn/cache/tensor_strides.hpp"
+#include "polyattn/core/cache_element.hpp"
 #include "polyattn/core/shape.hpp"
 
 namespace polyattn {
@@ -200,7 +201,7 @@ class CacheStore<Paged<PageSize>, T> {
   }
 
  private:
-  T fill_value() const { return poison_ ? std::numeric_limits<T>::quiet_NaN() : T(0); }
+  T fill_value() const { return poison_ ? poison_element<T>() : T(0); }
 
   /// Pages that hold `tokens` tokens; in 64 bits, as tokens + PageSize - 1 may pass INT_MAX.
   static std::int64_t pages_for(std::int64_t tokens) { return (tokens + PageSize - 1) / PageSize; }

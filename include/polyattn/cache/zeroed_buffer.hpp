@@ -3,7 +3,7 @@
 // first touch, so a contiguous layout's capacity (every sequence's rows up front) is address
 // space until rows are written, not resident memory. (A std::vector<T>(n, T(0)) writes every
 // element and commits it all.) Only for element types whose all-zero bytes are the value zero:
-// float, double, Eigen::half and Eigen::bfloat16.
+// float, double, Eigen::half, Eigen::bfloat16 and int8 (codes 0, scales 0.0f).
 #pragma once
 
 #include <cstddef>

@@ -27,6 +27,8 @@
 #include <cstddef>
 #include <span>
 
+#include "polyattn/core/row_scales.hpp"
+
 namespace polyattn {
 
 struct AttendSpec {
@@ -41,6 +43,8 @@ struct AttendSpec {
   int value_tensor = 1;   ///< cached tensor holding values, and the column where they start
   int value_offset = 0;
   float scale = 1.0f;     ///< softmax scale applied to q.k
+  RowScales key_scales{};    ///< int8 caches: where a key row's scales are (Attention sets both from the
+  RowScales value_scales{};  ///< variant's cache tensors; codes == 0 for the other element types)
   bool rewrites_last_row = false;  ///< the variant may rewrite a sequence's last cached row after an attend
                                    ///< read it (Mtla merges later tokens into it); an executor that keeps a
                                    ///< copy of the cache (exec::Cuda) must re-copy that row. Attention sets it

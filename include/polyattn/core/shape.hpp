@@ -21,6 +21,8 @@ struct AttentionShape {
 struct TensorSpec {
   int heads = 0;
   int dim = 0;
+  int segment = 0;  ///< int8 caches: elements of a row that share one float scale (0: the whole row;
+                    ///< core/row_scales.hpp). A store is given the rows' stored width as `dim`
   constexpr std::size_t elements() const { return std::size_t(heads) * std::size_t(dim); }
 };
 

@@ -70,8 +70,9 @@ struct Hybrid {
 
 template <class Option, class Layout, class Executor, class T = float>
 class CrossAttention {
-  static_assert(CacheElement<T>,
-                "polyattn: cache element type T must be float, double, Eigen::half or Eigen::bfloat16 (core/cache_element.hpp)");
+  static_assert(CacheElement<T> && !is_scaled_int8<T>,
+                "polyattn: CrossAttention's cache element type T must be float, double, Eigen::half or Eigen::bfloat16 "
+                "(int8 caches are Attention's only, for now: core/cache_element.hpp)");
   static constexpr bool kBaseline = std::is_same_v<Option, cross::Baseline>;
   static constexpr bool kKOnly = std::is_same_v<Option, cross::KOnly>;
   static constexpr bool kSharedE = std::is_same_v<Option, cross::SharedE>;

@@ -23,7 +23,8 @@ namespace polyattn {
 template <class Store>
 void gather_rows(const Store& store, int tensor, int seq, int n, RowMatrixXf& dense) {
   using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
-  static_assert(std::is_same_v<DecodedElement<T>, float>, "polyattn: gather_rows reads float and 16-bit caches into float rows");
+  static_assert(std::is_same_v<DecodedElement<T>, float> && !is_scaled_int8<T>,
+                "polyattn: gather_rows reads float and 16-bit caches into float rows");
   const TensorSpec spec = store.tensors()[std::size_t(tensor)];
   dense.resize(n, std::ptrdiff_t(spec.heads) * spec.dim);
   for (int t = 0; t < n; ++t)

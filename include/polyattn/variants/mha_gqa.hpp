@@ -35,6 +35,8 @@ struct SharedKvHeads : VariantBase {
   static constexpr std::size_t cache_elements_per_token(AttentionShape s) {
     return 2 * std::size_t(kv_heads(s)) * std::size_t(s.head_dim);
   }
+  /// int8 caches: one float scale per (token, KV head) in K and in V (core/row_scales.hpp).
+  static constexpr std::size_t cache_scales_per_token(AttentionShape s) { return 2 * std::size_t(kv_heads(s)); }
 
   static std::vector<TensorSpec> cache_tensors(AttentionShape s, const Params&) {
     const TensorSpec kv{kv_heads(s), s.head_dim};

@@ -70,11 +70,19 @@ struct SlimK : VariantBase {
   static std::string name() { return std::string("slimk") + (option == 1 ? "1" : "2") + (rotary ? "-rope" : ""); }
 
   static constexpr std::size_t cache_elements_per_token(AttentionShape s) { return std::size_t(s.n_heads) * std::size_t(s.head_dim); }
+  /// int8 caches (option 2 without RoPE: the others derive float rows from the cache): one float
+  /// scale per (token, head slice) of the packed key row, the part one query head scores against.
+  static constexpr std::size_t cache_scales_per_token(AttentionShape s)
+    requires(option == 2 && !rotary)
+  {
+    return std::size_t(s.n_heads);
+  }
 
-  /// Option 2 reads the whole key row per head: one cache head of width e. Option 1 attends
-  /// per head as MHA does: n_heads heads of head_dim.
+  /// Option 2 reads the whole key row per head: one cache head of width e, in segments of
+  /// head_dim (int8: one scale per head's slice). Option 1 attends per head as MHA does: n_heads
+  /// heads of head_dim.
   static std::vector<TensorSpec> cache_tensors(AttentionShape s, const Params&) {
-    if constexpr (option == 2) return {TensorSpec{1, s.query_width()}};
+    if constexpr (option == 2) return {TensorSpec{1, s.query_width(), s.head_dim}};
     else return {TensorSpec{s.n_heads, s.head_dim}};
   }
 
@@ -124,7 +132,7 @@ struct SlimK : VariantBase {
   static void write_rows(Store& store, int seq, int pos, AttentionShape s, const Params& p, const Rows& r, int first_row, int n) {
     for (const TensorSpec t = cache_tensors(s, p)[0]; n > 0; --n, ++pos, ++first_row)
       for (int h = 0; h < t.heads; ++h)
-        encode_row(store.row(0, seq, pos, h), r.k.row(first_row).data() + std::ptrdiff_t(h) * t.dim, t.dim);
+        encode_row(store.row(0, seq, pos, h), r.k.row(first_row).data() + std::ptrdiff_t(h) * t.dim, t.dim, t.segment);
   }
 
   // Option 2: out_i = attended_i W_kv,i, attended_i = p_i K of width e.

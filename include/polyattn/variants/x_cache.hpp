@@ -48,6 +48,8 @@ struct XCache : VariantBase {
   static std::string name() { return "xcache"; }
 
   static constexpr std::size_t cache_elements_per_token(AttentionShape s) { return std::size_t(s.input_width()); }
+  /// int8 caches: one float scale per token (the row is one segment: every head reads all of it).
+  static constexpr std::size_t cache_scales_per_token(AttentionShape) { return 1; }
 
   static std::vector<TensorSpec> cache_tensors(AttentionShape s, const Params&) { return {TensorSpec{1, s.input_width()}}; }
 

@@ -24,6 +24,7 @@
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/exec/cpu/block_tile.hpp"
 #include "polyattn/exec/cpu/decode_tile.hpp"
+#include "polyattn/exec/cpu/int8_tile.hpp"
 #include "polyattn/exec/cpu/kernels.hpp"
 #include "polyattn/exec/cpu/load_floats.hpp"
 
@@ -63,6 +64,7 @@ struct BlockScratch {
   std::vector<float> st;       // [kTile][lanes]: scores, then weights
   std::vector<float> acc;      // [lanes][value_dim]
   std::vector<float> max, sum, factor;  // [lanes]: the online-softmax state, and a tile's rescale
+  std::vector<float> keys, values;       // int8 caches: the tile's rows decoded (int8_tile.hpp)
 };
 
 /// Attends the query rows of `rows` (jobs of one sequence, any key ranges, at most block_rows)
@@ -109,9 +111,12 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
 
   const B minus_inf(kNegativeInfinity<float>), largest(kLargestFinite<float>), zero(0.0f), one(1.0f);
   for (int t = begin; t < end;) {
-    const auto keys = store.run(spec.key_tensor, seq, t, head);
-    const auto values = store.run(spec.value_tensor, seq, t, head);
-    const int n = std::min({kTile, end - t, keys.count, values.count});
+    const auto stored_keys = store.run(spec.key_tensor, seq, t, head);
+    const auto stored_values = store.run(spec.value_tensor, seq, t, head);
+    const int n = std::min({kTile, end - t, stored_keys.count, stored_values.count});
+    const auto keys = tile_rows<Arch>(stored_keys, n, spec.key_scales, s.keys);
+    const auto values =
+        spec.value_tensor == spec.key_tensor ? keys : tile_rows<Arch>(stored_values, n, spec.value_scales, s.values);
     for (int v = 0; v < variants; ++v)
       score_block<Arch>(keys.data + spec.key_offset + v * spec.key_group_stride, keys.stride, n, dk, s.qt.data(), lanes, v * span,
                         span, s.st.data(), lanes);

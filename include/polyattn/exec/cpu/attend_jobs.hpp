@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <type_traits>
@@ -148,9 +149,10 @@ void attend_jobs(ExecutorState& state, const Store& store, const AttendSpec& spe
                 "it (POLYATTN_CPU_KERNELS) and declare them here (POLYATTN_EXTERN_CPU_KERNELS), for every (mask, "
                 "store) the executor is given: see exec/cpu/dispatch_cpu_simd.hpp");
   using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>,
-                "polyattn: the CpuSimd executor reads float, Eigen::half and Eigen::bfloat16 caches (double caches are "
-                "exec::Reference only)");
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16> ||
+                    std::is_same_v<T, std::int8_t>,
+                "polyattn: the CpuSimd executor reads float, Eigen::half, Eigen::bfloat16 and int8 caches (double caches "
+                "are exec::Reference only)");
   state.blocks.clear();
   state.single.clear();
   for_each_sequence_run(jobs, [&](std::size_t first, std::size_t count) {

@@ -103,6 +103,7 @@ struct KeyTile {
   // plain fields: a build that held them in a member struct with an ask() method had no prefetch
   // instruction left at all (objdump; cause not found) and ran 1.3x slower on SlimK2 and XCache.)
   const char* next = nullptr;  // the next tile's first row (its first byte read)
+  std::ptrdiff_t next_stride = 0;  // bytes between its rows (as stored: an int8 tile is read decoded, see int8_tile.hpp)
   int next_bytes = 0;          // bytes read per row
   int next_count = 0;          // rows of the next tile to ask for (0: nothing)
 };
@@ -126,7 +127,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
     const int m = std::min(W, keys.count - j0);
     for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
       const T* k = keys.rows + std::ptrdiff_t(std::min(j0 + jj, keys.count - 1)) * keys.stride;
-      if (j0 + jj < keys.next_count) prefetch_bytes(keys.next + std::ptrdiff_t(j0 + jj) * keys.stride * std::ptrdiff_t(sizeof(T)), keys.next_bytes);
+      if (j0 + jj < keys.next_count) prefetch_bytes(keys.next + std::ptrdiff_t(j0 + jj) * keys.next_stride, keys.next_bytes);
       B acc[NG];
       for (int g = 0; g < NG; ++g) acc[g] = B(0.0f);
       if constexpr (SharedKey) {

@@ -18,6 +18,7 @@
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/exec/cpu/decode_tile.hpp"
+#include "polyattn/exec/cpu/int8_tile.hpp"
 
 namespace polyattn::exec::cpu {
 
@@ -129,9 +130,12 @@ struct ChunkResult {
 /// instead of one strided pass per head.
 /// Score semantics: a tile whose scores are all -inf for a head adds nothing to it (no
 /// exp(-inf - -inf)); a head that never sees a finite score keeps sum 0 (its output is 0).
+/// An int8 cache's tile is decoded to floats once per head (int8_tile.hpp), for the whole group.
 template <class Arch, class KeyMaskT = PrefixMask, class Store>
 void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& job, int first_head, int heads, int begin, int end,
                   const float* q, ChunkResult result, float* scores) {
+  using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
+  [[maybe_unused]] thread_local std::vector<float> decoded_keys, decoded_values;  // int8 only
   const int G = spec.group, dv = spec.value_dim, seq = job.seq;
   std::fill_n(result.states, std::ptrdiff_t(heads) * G, SoftmaxState<float>{});
   std::fill_n(result.acc, std::ptrdiff_t(heads) * G * dv, 0.0f);
@@ -139,7 +143,10 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
   const bool separate_values = spec.value_tensor != spec.key_tensor;
   const int key_span = spec.key_group_stride ? (G - 1) * spec.key_group_stride + spec.key_dim : spec.key_dim;
   const int read_begin = separate_values ? spec.key_offset : std::min(spec.key_offset, spec.value_offset);
-  const int read_end = separate_values ? spec.key_offset + key_span : std::max(spec.key_offset + key_span, spec.value_offset + dv);
+  // (an int8 row's scales follow its codes: the whole stored row)
+  const int read_end = is_scaled_int8<T>   ? spec.key_scales.stored_elements()
+                       : separate_values ? spec.key_offset + key_span
+                                         : std::max(spec.key_offset + key_span, spec.value_offset + dv);
   // With adjacent heads, the next tile is asked for from the first head's row to the last's.
   int ask_end = read_end;
   if constexpr (heads_adjacent<Store>()) ask_end += (heads - 1) * store.tensors()[std::size_t(spec.key_tensor)].dim;
@@ -151,12 +158,15 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     for (int h = 0; h < heads; ++h) {
       const auto keys = store.run(spec.key_tensor, seq, t, first_head + h);
       const auto values = store.run(spec.value_tensor, seq, t, first_head + h);
-      KeyTile<std::remove_cvref_t<decltype(*keys.data)>> tile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n};
+      const auto key_rows = tile_rows<Arch>(keys, n, spec.key_scales, decoded_keys);
+      const auto value_run = separate_values ? tile_rows<Arch>(values, n, spec.value_scales, decoded_values) : key_rows;
+      KeyTile<TileElement<T>> tile{key_rows.data + spec.key_offset, key_rows.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n};
       if (h == 0 && t + n < end) {  // the next tile: the rest of this run, or the start of the next one (a page)
         const auto next = n < keys.count ? decltype(keys){keys.data + std::ptrdiff_t(n) * keys.stride, keys.stride, keys.count - n}
                                          : store.run(spec.key_tensor, seq, t + n, first_head);  // (no pointer past a run)
         tile.next = reinterpret_cast<const char*>(next.data + read_begin);
-        tile.next_bytes = (ask_end - read_begin) * int(sizeof(*keys.data));
+        tile.next_stride = next.stride * std::ptrdiff_t(sizeof(T));
+        tile.next_bytes = (ask_end - read_begin) * int(sizeof(T));
         tile.next_count = std::min({n, next.count, end - t - n});
       }
       SoftmaxState<float>* states = result.states + std::ptrdiff_t(h) * G;
@@ -176,13 +186,13 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
         if (factor != 1.0f) scale<Arch>(factor, acc + std::ptrdiff_t(g) * dv, dv);
         states[g].sum += exp_shifted_sum<Arch>(s, n, states[g].max);
       }
-      const auto* value_rows = values.data + spec.value_offset;
-      if (!dropped || all_finite<Arch>(value_rows, values.stride, n, dv)) {
-        accumulate_tile<Arch>(scores, G, value_rows, values.stride, n, acc, dv);
+      const auto* value_rows = value_run.data + spec.value_offset;
+      if (!dropped || all_finite<Arch>(value_rows, value_run.stride, n, dv)) {
+        accumulate_tile<Arch>(scores, G, value_rows, value_run.stride, n, acc, dv);
       } else {
         for (int g = 0; g < G; ++g)
-          accumulate_seen<Arch>(scores + g * kTile, WeightIndex<false>{}, value_rows, values.stride, n, acc + std::ptrdiff_t(g) * dv, dv,
-                                [&](int j) { return KeyMaskT::keeps(job, t + j); });
+          accumulate_seen<Arch>(scores + g * kTile, WeightIndex<false>{}, value_rows, value_run.stride, n, acc + std::ptrdiff_t(g) * dv,
+                                dv, [&](int j) { return KeyMaskT::keeps(job, t + j); });
       }
       // A head that has seen nothing keeps a zero accumulator: its -inf scores were not turned
       // into weights, so what accumulate_tile added for it is discarded here.

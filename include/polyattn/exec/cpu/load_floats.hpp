@@ -1,9 +1,10 @@
 // Loading cache elements into fp32 registers: float as is, Eigen::half through F16C /
 // AVX-512 (vcvtph2ps), Eigen::bfloat16 by widening to 32 bits and shifting left by 16 (a
-// bfloat16 is the top half of a float). The conversion happens right after the load; all
-// arithmetic after it is fp32. Architectures without a conversion instruction go through a
-// scalar conversion (slow, but correct). Scalar tails use core/row_codec.hpp's decode_element,
-// which these loads agree with.
+// bfloat16 is the top half of a float), int8 codes by sign extension to 32 bits and an exact
+// integer-to-float conversion (the scale is applied after: int8_tile.hpp). The conversion happens
+// right after the load; all arithmetic after it is fp32. Architectures without a conversion
+// instruction go through a scalar conversion (slow, but correct). Scalar tails use
+// core/row_codec.hpp's decode_element, which these loads agree with.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,19 @@ inline xsimd::batch<float, Arch> load_floats(const T* p) {
   using B = xsimd::batch<float, Arch>;
   if constexpr (std::is_same_v<T, float>) {
     return B::load_unaligned(p);
+  } else if constexpr (std::is_same_v<T, std::int8_t>) {  // the codes, without their scale
+    [[maybe_unused]] const void* raw = p;
+#if defined(__AVX512F__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>)
+      return B(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(raw)))));  // 16 x 8 bits
+#endif
+#if defined(__AVX2__)
+    if constexpr (std::is_base_of_v<xsimd::avx2, Arch> && B::size == 8)
+      return B(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(raw)))));  // 8 x 8 bits
+#endif
+    alignas(64) float converted[B::size];
+    for (std::size_t i = 0; i < B::size; ++i) converted[i] = float(p[i]);
+    return B::load_aligned(converted);
   } else {
     static_assert(std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>,
                   "polyattn: CpuSimd reads float, Eigen::half and Eigen::bfloat16 caches");

@@ -38,9 +38,10 @@ struct Reference {
           for (int t = keys.first; t < keys.end; ++t) {
             double score = kNegativeInfinity<double>;
             if (!KeyMaskT::drops_keys || KeyMaskT::keeps(job, t)) {
-              const auto* k = store.row(spec.key_tensor, job.seq, t, h) + spec.key_offset + g * spec.key_group_stride;
+              const auto* k = store.row(spec.key_tensor, job.seq, t, h);
+              const int first = spec.key_offset + g * spec.key_group_stride;
               double dot = 0;
-              for (int i = 0; i < spec.key_dim; ++i) dot += double(q[i]) * double(decode_element(k[i]));
+              for (int i = 0; i < spec.key_dim; ++i) dot += double(q[i]) * double(decode_at(k, first + i, spec.key_scales));
               score = bounded_score(dot * double(spec.scale));
             }
             scores[std::size_t(t - keys.first)] = score;
@@ -57,8 +58,9 @@ struct Reference {
             if (KeyMaskT::drops_keys && !KeyMaskT::keeps(job, t)) continue;  // a dropped token's value is never read
             const double p = std::exp(scores[std::size_t(t - keys.first)] - max_score);
             sum += p;
-            const auto* v = store.row(spec.value_tensor, job.seq, t, h) + spec.value_offset;
-            for (int i = 0; i < spec.value_dim; ++i) acc[std::size_t(i)] += p * double(decode_element(v[i]));
+            const auto* v = store.row(spec.value_tensor, job.seq, t, h);
+            for (int i = 0; i < spec.value_dim; ++i)
+              acc[std::size_t(i)] += p * double(decode_at(v, spec.value_offset + i, spec.value_scales));
           }
           for (int i = 0; i < spec.value_dim; ++i) out[i] = float(acc[std::size_t(i)] / sum);
         }
