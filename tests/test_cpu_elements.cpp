@@ -17,12 +17,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <type_traits>
 #include <vector>
 
 #include <polyattn/convert/x_cache.hpp>
 #include <polyattn/polyattn.hpp>
+#include <polyattn/variants/mtla.hpp>
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 
@@ -206,4 +208,36 @@ TEST_CASE("CpuSimd's int8 loads and tile decode give decode_at's values") {
 #if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
   check(xsimd::fma3<xsimd::avx2>{});
 #endif
+}
+
+// A value row holding inf has a NaN scale in an int8 cache. The decode kernel folds scales into
+// the weights, so a token the mask drops would still multiply its NaN scale in: it must not. With
+// MTLA's stride mask of 3, token 97 is seen by row 97 alone (it does not close a slot), so rows 98
+// and 99, decoded after it, must match Reference, and row 97 is NaN on both.
+TEST_CASE("int8 decode: a non-finite value row changes only the rows that see it") {
+  const AttentionShape shape{2, 64};
+  const CacheConfig config{.max_sequences = 1, .capacity = 128, .poison_unused = true};
+  Attention<Mha, Hnd, exec::CpuSimd, std::int8_t, MtlaStrideMask<3>> cpu(shape, config, {}, 2);
+  Attention<Mha, Hnd, exec::Reference, std::int8_t, MtlaStrideMask<3>> ref(shape, config);
+  std::mt19937 rng(12);
+  const RowMatrixXf q = random_matrix(100, 128, rng), k = random_matrix(100, 128, rng);
+  RowMatrixXf v = random_matrix(100, 128, rng);
+  v(97, 3) = std::numeric_limits<float>::infinity();
+  const auto run = [&](auto& attn) {
+    const int seq = attn.open_sequence();
+    RowMatrixXf out(100, 128);
+    attn.prefill(seq, q.topRows(97), {k.topRows(97), v.topRows(97)}, Mask::causal, out.topRows(97));
+    const int seqs[] = {seq};
+    for (Eigen::Index t = 97; t < 100; ++t) {
+      RowMatrixXf y(1, 128);
+      attn.decode(seqs, q.row(t), {k.row(t), v.row(t)}, y);
+      out.row(t) = y;
+    }
+    return out;
+  };
+  const RowMatrixXf y_cpu = run(cpu), y_ref = run(ref);
+  CHECK(std::isnan(y_cpu(97, 3)));
+  CHECK(std::isnan(y_ref(97, 3)));
+  CHECK(max_abs_diff(RowMatrixXf(y_cpu.bottomRows(2)), RowMatrixXf(y_ref.bottomRows(2))) <= fp32_attention_tolerance(64, 100));
+  CHECK(max_abs_diff(RowMatrixXf(y_cpu.topRows(97)), RowMatrixXf(y_ref.topRows(97))) <= fp32_attention_tolerance(64, 100));
 }

@@ -42,12 +42,18 @@ def time_vs_length(context, runs, layout, batch, path):
     fig.savefig(path, dpi=110)
 
 
+def present(runs):
+    """The element types the run has (a filtered run may lack some)."""
+    return [e for e in ELEMENTS if any(k[1] == e for k in runs)]
+
+
 def bytes_per_token(context, runs, path):
     fig, ax = plt.subplots(figsize=(7, 4))
-    width = 0.2
-    for i, e in enumerate(ELEMENTS):
+    elements = present(runs)
+    width = 0.8 / len(elements)
+    for i, e in enumerate(elements):
         values = [next((r["cache_B_per_token"] for k, r in runs.items() if k[1] == e and k[4] == v), 0) for v in VARIANTS]
-        ax.bar([x + (i - (len(ELEMENTS) - 1) / 2) * width for x in range(len(VARIANTS))], values, width, label=e)
+        ax.bar([x + (i - (len(elements) - 1) / 2) * width for x in range(len(VARIANTS))], values, width, label=e)
     ax.set_xticks(range(len(VARIANTS)), VARIANTS)
     ax.set_ylabel("cache bytes per token (one layer)")
     ax.set_title("Cache bytes per token, 6 heads of 64 (d = 384, Whisper tiny)")
@@ -59,10 +65,11 @@ def bytes_per_token(context, runs, path):
 def bandwidth(context, runs, layout, batch, path):
     length = max(k[2] for k in runs if k[0] == layout and k[3] == batch)
     fig, ax = plt.subplots(figsize=(7, 4))
-    width = 0.2
-    for i, e in enumerate(ELEMENTS):
+    elements = present(runs)
+    width = 0.8 / len(elements)
+    for i, e in enumerate(elements):
         values = [runs[(layout, e, length, batch, v)]["GB_per_s"] if (layout, e, length, batch, v) in runs else 0 for v in VARIANTS]
-        ax.bar([x + (i - (len(ELEMENTS) - 1) / 2) * width for x in range(len(VARIANTS))], values, width, label=e)
+        ax.bar([x + (i - (len(elements) - 1) / 2) * width for x in range(len(VARIANTS))], values, width, label=e)
     probe = float(context.get("read_probe_GB_per_s", 0))
     ax.axhline(probe, color="black", linestyle="--", label=f"read probe {probe:.1f} GB/s")
     ax.set_xticks(range(len(VARIANTS)), VARIANTS)

@@ -3,15 +3,18 @@
 //   score_tile:      scores[g][j] = q_g . key_j(g)        (G x n, no horizontal sum per token)
 //   accumulate_tile: acc[g][:]   += sum_j p[g][j] value_j  (G x value_dim, accumulators in registers)
 // Both are templates on the xsimd architecture and on the cache element type T (float, half,
-// bfloat16: converted to fp32 right after the load, see load_floats.hpp).
+// bfloat16: converted to fp32 right after the load, see load_floats.hpp; int8: the codes, their
+// scales applied by the caller to the scores and, in accumulate_int8_tile, to the weights).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
+#include "polyattn/core/row_scales.hpp"
 #include "polyattn/exec/cpu/load_floats.hpp"
 
 namespace polyattn::exec::cpu {
@@ -103,7 +106,7 @@ struct KeyTile {
   // plain fields: a build that held them in a member struct with an ask() method had no prefetch
   // instruction left at all (objdump; cause not found) and ran 1.3x slower on SlimK2 and XCache.)
   const char* next = nullptr;  // the next tile's first row (its first byte read)
-  std::ptrdiff_t next_stride = 0;  // bytes between its rows (as stored: an int8 tile is read decoded, see int8_tile.hpp)
+  std::ptrdiff_t next_stride = 0;  // bytes between its rows
   int next_bytes = 0;          // bytes read per row
   int next_count = 0;          // rows of the next tile to ask for (0: nothing)
 };
@@ -149,7 +152,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
         for (int g = 0; g < NG; ++g) {
           const T* kg = k + (SharedKey ? 0 : g * keys.group_stride);
           float tail = 0.0f;
-          for (int c = dim_vec; c < keys.dim; ++c) tail += q[g * q_stride + c] * decode_element(kg[c]);
+          for (int c = dim_vec; c < keys.dim; ++c) tail += q[g * q_stride + c] * element_value(kg[c]);
           scores[g * kTile + j0 + jj] += tail;
         }
       }
@@ -208,11 +211,13 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, const T* rows, 
 }
 
 /// acc[g][:] += sum_j w(g, j) row_j[:] for `m` query vectors (weight (g, j) at w[at(g, j)]),
-/// row_j = rows + j * stride, `dim` columns, acc row stride `dim`. Column blocks outside, vector
-/// blocks inside: a column block of the tile's rows stays in L1 while every vector block reads it.
+/// row_j = rows + j * stride, `dim` columns, acc row stride `acc_stride` (0: dim). Column blocks
+/// outside, vector blocks inside: a column block of the tile's rows stays in L1 while every vector
+/// block reads it.
 template <class Arch, class T, bool ByToken>
 void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T* rows, std::ptrdiff_t stride, int n, float* acc,
-                        int dim) {
+                        int dim, int acc_stride = 0) {
+  if (acc_stride == 0) acc_stride = dim;
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   constexpr int kVectors = kVectorRegisters<Arch> == 32 ? 6 : 2;  // 6 x 4 + 4 + 1 = 29 of 32 registers
   const auto columns = [&](auto nc, int c) {
@@ -220,12 +225,14 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T*
     if constexpr (ByToken) {  // prefill blocks: whole register blocks, then one vector at a time (fewer instantiations)
       int g0 = 0;
       for (; g0 + kVectors <= m; g0 += kVectors)
-        accumulate_columns<Arch, kVectors, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * dim, dim, c);
-      for (; g0 < m; ++g0) accumulate_columns<Arch, 1, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * dim, dim, c);
+        accumulate_columns<Arch, kVectors, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * acc_stride, acc_stride, c);
+      for (; g0 < m; ++g0)
+        accumulate_columns<Arch, 1, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * acc_stride, acc_stride, c);
     } else {  // decode: a group's heads in one pass over the tile's rows, however many
       for (int g0 = 0; g0 < m; g0 += kVectors)
         with_count<kVectors>(std::min(kVectors, m - g0), [&](auto ng) {
-          accumulate_columns<Arch, decltype(ng)::value, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * dim, dim, c);
+          accumulate_columns<Arch, decltype(ng)::value, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * acc_stride,
+                                                            acc_stride, c);
         });
     }
   };
@@ -234,9 +241,9 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T*
   for (; c + W <= dim; c += W) columns(std::integral_constant<int, 1>{}, c);
   for (; c < dim; ++c)  // columns past the last full vector
     for (int g = 0; g < m; ++g) {
-      float a = acc[std::ptrdiff_t(g) * dim + c];
-      for (int j = 0; j < n; ++j) a += w[at(g, j)] * decode_element(rows[std::ptrdiff_t(j) * stride + c]);
-      acc[std::ptrdiff_t(g) * dim + c] = a;
+      float a = acc[std::ptrdiff_t(g) * acc_stride + c];
+      for (int j = 0; j < n; ++j) a += w[at(g, j)] * element_value(rows[std::ptrdiff_t(j) * stride + c]);
+      acc[std::ptrdiff_t(g) * acc_stride + c] = a;
     }
 }
 
@@ -245,6 +252,22 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T*
 template <class Arch, class T>
 void accumulate_tile(const float* p, int group, const T* rows, std::ptrdiff_t stride, int n, float* acc, int dim) {
   accumulate_weights<Arch>(p, WeightIndex<false>{}, group, rows, stride, n, acc, dim);
+}
+
+/// Decode's value half over an int8 tile (rows of codes, their scales after them: `layout`):
+/// acc[g][:] += sum_j p[g][j] scale_j(s) codes_j[:] per segment s of the row, the scale folded
+/// into the weights (`w`: scratch of group * kTile floats), so the codes are read as they are.
+template <class Arch>
+void accumulate_int8_tile(const float* p, int group, const std::int8_t* rows, std::ptrdiff_t stride, int n, RowScales layout,
+                          float* w, float* acc) {
+  for (int s = 0; s < layout.segments(); ++s) {
+    const int first = s * layout.segment, width = std::min(layout.segment, layout.codes - first);
+    for (int j = 0; j < n; ++j) {
+      const float scale = segment_scale(rows + std::ptrdiff_t(j) * stride, layout, s);
+      for (int g = 0; g < group; ++g) w[g * kTile + j] = p[g * kTile + j] * scale;
+    }
+    accumulate_weights<Arch>(w, WeightIndex<false>{}, group, rows + first, stride, n, acc + first, width, layout.codes);
+  }
 }
 
 }  // namespace polyattn::exec::cpu

@@ -1,13 +1,15 @@
-// int8 caches on the CPU kernels: a tile's rows are decoded to fp32 once, code * scale per
-// segment (core/row_scales.hpp), into a scratch tile of float rows in L1/L2, which the float
-// kernels then read for every query head of the group (decode) or every query row of the block
-// (prefill). The decoded values are decode_at's, bit for bit: one fp32 product per element.
-// The decode costs a few instructions per element, once per tile and cache head, while the
-// score and value products cost G multiply-adds per element and more: what int8 saves is the
-// bytes read from memory.
+// int8 caches on the CPU kernels. Decode (kernels.hpp) reads the codes in place and applies the
+// scales to scores and weights. Prefill (attend_block.hpp) decodes a tile's rows to fp32 once,
+// code * scale per segment (core/row_scales.hpp), into a scratch tile of float rows that the
+// float kernels then read for every query row of the block: the decode's cost is shared by up to
+// kBlockVectors query vectors. (Decode did the same at first: a 64-row tile of XCache's or
+// SlimK2's 384-wide rows decoded to floats is 96 KiB, more than L1, and int8 then ran no faster
+// than float: 1.0-1.4x float's time on the Xeon at L 65536, batch 16 and 64.) The decoded values
+// are decode_at's, bit for bit: one fp32 product per element.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -45,7 +47,15 @@ void decode_int8_rows(const std::int8_t* rows, std::ptrdiff_t stride, int n, Row
   }
 }
 
-/// The first n rows of `run` as the kernels read them: the run itself, or for an int8 cache its
+/// Whether every scale of rows [0, n) is finite (the codes always are).
+inline bool scales_finite(const std::int8_t* rows, std::ptrdiff_t stride, int n, RowScales layout) {
+  for (int j = 0; j < n; ++j)
+    for (int s = 0; s < layout.segments(); ++s)
+      if (!std::isfinite(segment_scale(rows + std::ptrdiff_t(j) * stride, layout, s))) return false;
+  return true;
+}
+
+/// The first n rows of `run` as the prefill kernel reads them: the run itself, or for an int8 cache its
 /// rows decoded into `scratch` (resized as needed).
 template <class Arch, class T>
 CacheRun<TileElement<T>> tile_rows(const CacheRun<T>& run, int n, RowScales layout, std::vector<float>& scratch) {

@@ -130,12 +130,16 @@ struct ChunkResult {
 /// instead of one strided pass per head.
 /// Score semantics: a tile whose scores are all -inf for a head adds nothing to it (no
 /// exp(-inf - -inf)); a head that never sees a finite score keeps sum 0 (its output is 0).
-/// An int8 cache's tile is decoded to floats once per head (int8_tile.hpp), for the whole group.
+/// An int8 cache's codes are read as they are (load_floats), and the scales applied per row and
+/// segment: to each score after the dot product, and to the weights of the value product
+/// (accumulate_int8_tile); a tile that holds a non-finite scale and tokens the mask drops is
+/// decoded to floats first (int8_tile.hpp), so that a dropped token's NaN is never multiplied in.
 template <class Arch, class KeyMaskT = PrefixMask, class Store>
 void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& job, int first_head, int heads, int begin, int end,
                   const float* q, ChunkResult result, float* scores) {
   using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
-  [[maybe_unused]] thread_local std::vector<float> decoded_keys, decoded_values;  // int8 only
+  constexpr bool int8 = is_scaled_int8<T>;
+  [[maybe_unused]] thread_local std::vector<float> weights, decoded;  // int8 only
   const int G = spec.group, dv = spec.value_dim, seq = job.seq;
   std::fill_n(result.states, std::ptrdiff_t(heads) * G, SoftmaxState<float>{});
   std::fill_n(result.acc, std::ptrdiff_t(heads) * G * dv, 0.0f);
@@ -158,9 +162,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     for (int h = 0; h < heads; ++h) {
       const auto keys = store.run(spec.key_tensor, seq, t, first_head + h);
       const auto values = store.run(spec.value_tensor, seq, t, first_head + h);
-      const auto key_rows = tile_rows<Arch>(keys, n, spec.key_scales, decoded_keys);
-      const auto value_run = separate_values ? tile_rows<Arch>(values, n, spec.value_scales, decoded_values) : key_rows;
-      KeyTile<TileElement<T>> tile{key_rows.data + spec.key_offset, key_rows.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n};
+      KeyTile<T> tile{keys.data + spec.key_offset, keys.stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n};
       if (h == 0 && t + n < end) {  // the next tile: the rest of this run, or the start of the next one (a page)
         const auto next = n < keys.count ? decltype(keys){keys.data + std::ptrdiff_t(n) * keys.stride, keys.stride, keys.count - n}
                                          : store.run(spec.key_tensor, seq, t + n, first_head);  // (no pointer past a run)
@@ -172,6 +174,11 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       SoftmaxState<float>* states = result.states + std::ptrdiff_t(h) * G;
       float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
       score_tile<Arch>(q + std::ptrdiff_t(h) * G * spec.key_dim, G, tile, scores);
+      if constexpr (int8)  // the dot products were with the codes: times the scale of the segment head g read
+        for (int j = 0; j < n; ++j)
+          for (int g = 0; g < G; ++g)
+            scores[g * kTile + j] *= segment_scale(keys.data + std::ptrdiff_t(j) * keys.stride, spec.key_scales,
+                                                   (spec.key_offset + g * spec.key_group_stride) / spec.key_scales.segment);
       bool dropped = false;  // some token of the tile the mask drops: its score is -inf
       if constexpr (KeyMaskT::drops_keys)
         for (int j = 0; j < n; ++j)
@@ -186,13 +193,26 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
         if (factor != 1.0f) scale<Arch>(factor, acc + std::ptrdiff_t(g) * dv, dv);
         states[g].sum += exp_shifted_sum<Arch>(s, n, states[g].max);
       }
-      const auto* value_rows = value_run.data + spec.value_offset;
-      if (!dropped || all_finite<Arch>(value_rows, value_run.stride, n, dv)) {
-        accumulate_tile<Arch>(scores, G, value_rows, value_run.stride, n, acc, dv);
+      const auto seen = [&](int j) { return KeyMaskT::keeps(job, t + j); };
+      if constexpr (int8) {
+        if (!dropped || scales_finite(values.data, values.stride, n, spec.value_scales)) {
+          weights.resize(std::size_t(G) * kTile);
+          accumulate_int8_tile<Arch>(scores, G, values.data, values.stride, n, spec.value_scales, weights.data(), acc);
+        } else {
+          const auto rows = tile_rows<Arch>(values, n, spec.value_scales, decoded);
+          for (int g = 0; g < G; ++g)
+            accumulate_seen<Arch>(scores + g * kTile, WeightIndex<false>{}, rows.data, rows.stride, n, acc + std::ptrdiff_t(g) * dv, dv,
+                                  seen);
+        }
       } else {
-        for (int g = 0; g < G; ++g)
-          accumulate_seen<Arch>(scores + g * kTile, WeightIndex<false>{}, value_rows, value_run.stride, n, acc + std::ptrdiff_t(g) * dv,
-                                dv, [&](int j) { return KeyMaskT::keeps(job, t + j); });
+        const auto* value_rows = values.data + spec.value_offset;
+        if (!dropped || all_finite<Arch>(value_rows, values.stride, n, dv)) {
+          accumulate_tile<Arch>(scores, G, value_rows, values.stride, n, acc, dv);
+        } else {
+          for (int g = 0; g < G; ++g)
+            accumulate_seen<Arch>(scores + g * kTile, WeightIndex<false>{}, value_rows, values.stride, n, acc + std::ptrdiff_t(g) * dv, dv,
+                                  seen);
+        }
       }
       // A head that has seen nothing keeps a zero accumulator: its -inf scores were not turned
       // into weights, so what accumulate_tile added for it is discarded here.

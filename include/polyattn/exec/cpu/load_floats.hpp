@@ -21,6 +21,16 @@
 
 namespace polyattn::exec::cpu {
 
+/// One element as load_floats gives it: decode_element's value, or an int8 code's own value (its
+/// row's scale is applied by the kernel, to the score or the weight).
+template <class T>
+inline float element_value(T x) {
+  if constexpr (is_scaled_int8<T>)
+    return float(x);
+  else
+    return decode_element(x);
+}
+
 /// batch<float, Arch>::size consecutive elements of `p` as floats.
 template <class Arch, class T>
 inline xsimd::batch<float, Arch> load_floats(const T* p) {
