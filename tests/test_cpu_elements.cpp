@@ -127,14 +127,24 @@ void check_converted_variant() {
 
 #if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
 using Avx2Kernels = exec::BasicCpuSimd<xsimd::fma3<xsimd::avx2>>;
-/// int8 on the AVX2 kernels (8 lanes, the 8-code load): one combo per variant, each layout once.
+/// int8 on the AVX2 kernels (8 lanes, the 8-code load), one combo per variant on one layout (page
+/// boundaries): the kernels are instantiated per cache store, and each costs build time.
 #define POLYATTN_CPU_AVX2_INT8_COMBOS                                                                             \
-  , Combo<Mha, Paged<16>, std::int8_t, Avx2Kernels>, Combo<Gqa<2>, Nhd, std::int8_t, Avx2Kernels>,              \
-      Combo<Mqa, Hnd, std::int8_t, Avx2Kernels>, Combo<SlimK2, Paged<16>, std::int8_t, Avx2Kernels>,            \
-      Combo<XCache, Nhd, std::int8_t, Avx2Kernels>
+  , Combo<Mha, Paged<16>, std::int8_t, Avx2Kernels>, Combo<Gqa<2>, Paged<16>, std::int8_t, Avx2Kernels>,        \
+      Combo<Mqa, Paged<16>, std::int8_t, Avx2Kernels>, Combo<SlimK2, Paged<16>, std::int8_t, Avx2Kernels>,      \
+      Combo<XCache, Paged<16>, std::int8_t, Avx2Kernels>
 #else
 #define POLYATTN_CPU_AVX2_INT8_COMBOS
 #endif
+
+/// check(Arch{}) for the default kernels and, on an AVX-512 build, the AVX2 ones.
+template <class Check>
+void on_both_kernels(const Check& check) {
+  check(xsimd::default_arch{});
+#if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
+  check(xsimd::fma3<xsimd::avx2>{});
+#endif
+}
 
 }  // namespace
 
@@ -170,10 +180,7 @@ TEST_CASE_TEMPLATE("CpuSimd's 16-bit loads decode every bit pattern as decode_el
     }
     CHECK(wrong == 0);
   };
-  check(xsimd::default_arch{});
-#if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
-  check(xsimd::fma3<xsimd::avx2>{});
-#endif
+  on_both_kernels(check);
 }
 
 // The int8 loads (8-bit codes sign-extended and converted to fp32, exec/cpu/load_floats.hpp) on
@@ -204,10 +211,7 @@ TEST_CASE("CpuSimd's int8 loads and tile decode give decode_at's values") {
       for (int c = 0; c < 37; ++c) wrong += decoded[std::size_t(r * 37 + c)] != decode_at(rows.data() + r * stride, c, layout);
     CHECK(wrong == 0);
   };
-  check(xsimd::default_arch{});
-#if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
-  check(xsimd::fma3<xsimd::avx2>{});
-#endif
+  on_both_kernels(check);
 }
 
 // A value row holding inf has a NaN scale in an int8 cache. The decode kernel folds scales into
