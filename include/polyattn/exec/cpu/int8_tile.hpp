@@ -55,8 +55,9 @@ inline bool scales_finite(const std::int8_t* rows, std::ptrdiff_t stride, int n,
   return true;
 }
 
-/// The first n rows of `run` as the prefill kernel reads them: the run itself, or for an int8 cache its
-/// rows decoded into `scratch` (resized as needed).
+/// The first n rows of `run` as the float kernels read them (prefill blocks, and decode's
+/// tokens-it-sees path): the run itself, or for an int8 cache its rows decoded into `scratch`
+/// (resized as needed).
 template <class Arch, class T>
 CacheRun<TileElement<T>> tile_rows(const CacheRun<T>& run, int n, RowScales layout, std::vector<float>& scratch) {
   if constexpr (is_scaled_int8<T>) {

@@ -139,7 +139,6 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
                   const float* q, ChunkResult result, float* scores) {
   using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
   constexpr bool int8 = is_scaled_int8<T>;
-  [[maybe_unused]] thread_local std::vector<float> weights, decoded;  // int8 only
   const int G = spec.group, dv = spec.value_dim, seq = job.seq;
   std::fill_n(result.states, std::ptrdiff_t(heads) * G, SoftmaxState<float>{});
   std::fill_n(result.acc, std::ptrdiff_t(heads) * G * dv, 0.0f);
@@ -175,10 +174,11 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
       score_tile<Arch>(q + std::ptrdiff_t(h) * G * spec.key_dim, G, tile, scores);
       if constexpr (int8)  // the dot products were with the codes: times the scale of the segment head g read
-        for (int j = 0; j < n; ++j)
-          for (int g = 0; g < G; ++g)
-            scores[g * kTile + j] *= segment_scale(keys.data + std::ptrdiff_t(j) * keys.stride, spec.key_scales,
-                                                   (spec.key_offset + g * spec.key_group_stride) / spec.key_scales.segment);
+        for (int g = 0; g < G; ++g) {
+          const int segment = (spec.key_offset + g * spec.key_group_stride) / spec.key_scales.segment;
+          for (int j = 0; j < n; ++j)
+            scores[g * kTile + j] *= segment_scale(keys.data + std::ptrdiff_t(j) * keys.stride, spec.key_scales, segment);
+        }
       bool dropped = false;  // some token of the tile the mask drops: its score is -inf
       if constexpr (KeyMaskT::drops_keys)
         for (int j = 0; j < n; ++j)
@@ -193,26 +193,29 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
         if (factor != 1.0f) scale<Arch>(factor, acc + std::ptrdiff_t(g) * dv, dv);
         states[g].sum += exp_shifted_sum<Arch>(s, n, states[g].max);
       }
-      const auto seen = [&](int j) { return KeyMaskT::keeps(job, t + j); };
-      if constexpr (int8) {
-        if (!dropped || scales_finite(values.data, values.stride, n, spec.value_scales)) {
+      // A dropped token has weight 0, which adds nothing unless its value (or int8 scale) is not
+      // finite (0 * inf is NaN): then each head takes only the tokens it sees.
+      bool whole_tile = !dropped;
+      if (!whole_tile) {
+        if constexpr (int8)
+          whole_tile = scales_finite(values.data, values.stride, n, spec.value_scales);
+        else
+          whole_tile = all_finite<Arch>(values.data + spec.value_offset, values.stride, n, dv);
+      }
+      if (whole_tile) {
+        if constexpr (int8) {
+          thread_local std::vector<float> weights;
           weights.resize(std::size_t(G) * kTile);
           accumulate_int8_tile<Arch>(scores, G, values.data, values.stride, n, spec.value_scales, weights.data(), acc);
         } else {
-          const auto rows = tile_rows<Arch>(values, n, spec.value_scales, decoded);
-          for (int g = 0; g < G; ++g)
-            accumulate_seen<Arch>(scores + g * kTile, WeightIndex<false>{}, rows.data, rows.stride, n, acc + std::ptrdiff_t(g) * dv, dv,
-                                  seen);
+          accumulate_tile<Arch>(scores, G, values.data + spec.value_offset, values.stride, n, acc, dv);
         }
       } else {
-        const auto* value_rows = values.data + spec.value_offset;
-        if (!dropped || all_finite<Arch>(value_rows, values.stride, n, dv)) {
-          accumulate_tile<Arch>(scores, G, value_rows, values.stride, n, acc, dv);
-        } else {
-          for (int g = 0; g < G; ++g)
-            accumulate_seen<Arch>(scores + g * kTile, WeightIndex<false>{}, value_rows, values.stride, n, acc + std::ptrdiff_t(g) * dv, dv,
-                                  seen);
-        }
+        thread_local std::vector<float> decoded;  // int8: the tile decoded to floats (int8_tile.hpp)
+        const auto rows = tile_rows<Arch>(values, n, spec.value_scales, decoded);
+        for (int g = 0; g < G; ++g)
+          accumulate_seen<Arch>(scores + g * kTile, WeightIndex<false>{}, rows.data + spec.value_offset, rows.stride, n,
+                                acc + std::ptrdiff_t(g) * dv, dv, [&](int j) { return KeyMaskT::keeps(job, t + j); });
       }
       // A head that has seen nothing keeps a zero accumulator: its -inf scores were not turned
       // into weights, so what accumulate_tile added for it is discarded here.

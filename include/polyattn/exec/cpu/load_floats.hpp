@@ -1,10 +1,11 @@
 // Loading cache elements into fp32 registers: float as is, Eigen::half through F16C /
 // AVX-512 (vcvtph2ps), Eigen::bfloat16 by widening to 32 bits and shifting left by 16 (a
 // bfloat16 is the top half of a float), int8 codes by sign extension to 32 bits and an exact
-// integer-to-float conversion (the scale is applied after: int8_tile.hpp). The conversion happens
-// right after the load; all arithmetic after it is fp32. Architectures without a conversion
-// instruction go through a scalar conversion (slow, but correct). Scalar tails use
-// core/row_codec.hpp's decode_element, which these loads agree with.
+// integer-to-float conversion (the kernels apply the scales: kernels.hpp, int8_tile.hpp). The
+// conversion happens right after the load; all arithmetic after it is fp32. Architectures without
+// a conversion instruction go through a scalar conversion (slow, but correct). Scalar tails use
+// element_value (core/row_codec.hpp's decode_element, or an int8 code's value), which these loads
+// agree with.
 #pragma once
 
 #include <cstdint>

@@ -132,7 +132,8 @@ class Cuda {
                   "not masks that drop keys inside it (drops_keys): use a CPU executor");
     // The device reads the host's bits through a type device code converts to float.
     using Host = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
-    static_assert(!std::is_same_v<Host, std::int8_t>, "polyattn: int8 caches run on exec::Reference and exec::CpuSimd, not yet on exec::Cuda");
+    static_assert(!std::is_same_v<Host, std::int8_t>,
+                  "polyattn: int8 caches run on exec::Reference and exec::CpuSimd, not yet on exec::Cuda");
     using T = cuda::device_element_t<Host>;
     static_assert(sizeof(T) == sizeof(Host), "polyattn: a cache element and its device type must have the same bits");
     if (jobs.empty()) return;
