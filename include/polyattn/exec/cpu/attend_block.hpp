@@ -27,6 +27,7 @@
 #include "polyattn/exec/cpu/int8_tile.hpp"
 #include "polyattn/exec/cpu/kernels.hpp"
 #include "polyattn/exec/cpu/load_floats.hpp"
+#include "polyattn/exec/cpu/softmax_exp.hpp"
 
 namespace polyattn::exec::cpu {
 
@@ -136,7 +137,6 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
     for (int c = 0; c < lanes; c += W) {
       const B first = B::load_unaligned(s.first.data() + c), last = B::load_unaligned(s.end.data() + c);
       B block_max = minus_inf;
-      auto nan = xsimd::isnan(zero);
       for (int j = 0; j < n; ++j) {
         float* p = s.st.data() + std::ptrdiff_t(j) * lanes + c;
         B x = B::load_unaligned(p);
@@ -146,23 +146,26 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
         }
         x = xsimd::select(x > largest, largest, x);
         x.store_unaligned(p);
-        nan = nan | xsimd::isnan(x);
-        block_max = xsimd::max(block_max, x);
+        block_max = xsimd::max(block_max, x);  // (a NaN score may or may not pass: it shows in the sum below)
       }
       const B old = B::load_unaligned(s.max.data() + c);
-      B now = xsimd::select(nan, B(std::numeric_limits<float>::quiet_NaN()), xsimd::max(old, block_max));
-      now = xsimd::select(xsimd::isnan(old), old, now);
+      B now = xsimd::select(xsimd::isnan(old), old, xsimd::max(old, block_max));
       const auto empty = now == minus_inf;  // every score so far -inf: weights 0, no exp(-inf - -inf)
-      const B factor = xsimd::select(empty, one, xsimd::exp(old - now));
+      const B factor = xsimd::select(empty, one, softmax_exp<Arch>(old - now));
       // An empty lane's scores are all -inf: shifted by 0 instead of -inf, each weighs exp(-inf) = 0.
       const B shift = xsimd::select(empty, zero, now);
       B tile_sum = zero;
       for (int j = 0; j < n; ++j) {
         float* p = s.st.data() + std::ptrdiff_t(j) * lanes + c;
-        const B w = xsimd::exp(B::load_unaligned(p) - shift);
+        const B w = softmax_exp<Arch>(B::load_unaligned(p) - shift);
         w.store_unaligned(p);
         tile_sum += w;
       }
+      // A weight is NaN exactly when its score is (or the shift is): the shift is never -inf,
+      // and +inf was bounded. A lane whose tile sum is NaN saw a NaN score, so its maximum
+      // becomes NaN, which every later tile's rescale factor carries, and its output is NaN:
+      // the NaN weight has also gone into its sum and, times the values, its accumulator.
+      now = xsimd::select(xsimd::isnan(tile_sum), tile_sum, now);
       now.store_unaligned(s.max.data() + c);
       xsimd::fma(B::load_unaligned(s.sum.data() + c), factor, tile_sum).store_unaligned(s.sum.data() + c);
       factor.store_unaligned(s.factor.data() + c);

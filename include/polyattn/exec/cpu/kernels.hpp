@@ -19,6 +19,7 @@
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/exec/cpu/decode_tile.hpp"
 #include "polyattn/exec/cpu/int8_tile.hpp"
+#include "polyattn/exec/cpu/softmax_exp.hpp"
 
 namespace polyattn::exec::cpu {
 
@@ -64,7 +65,7 @@ float exp_shifted_sum(float* s, int n, float m) {
   const B shift(m);
   B total(0.0f);
   for (int i = 0; i < n; i += W) {
-    const B e = xsimd::exp(B::load_unaligned(s + i) - shift);
+    const B e = softmax_exp<Arch>(B::load_unaligned(s + i) - shift);
     e.store_unaligned(s + i);
     total += e;
   }
