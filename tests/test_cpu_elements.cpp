@@ -28,6 +28,7 @@
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 
+#include "support/combos.hpp"
 #include "support/dense_oracle.hpp"
 #include "support/executor_tolerance.hpp"
 #include "support/mha_layer.hpp"
@@ -37,14 +38,6 @@ using namespace polyattn;
 using namespace polyattn::testing;
 
 namespace {
-
-template <class V, class L, class T, class E = exec::CpuSimd>
-struct Combo {
-  using variant = V;
-  using layout = L;
-  using element = T;
-  using executor = E;
-};
 
 /// How much rounding to T can grow the 2-norm of a row of `width` elements: by (1 + u) for a
 /// 16-bit T; for int8 each element moves by at most half its segment's step, max|x| / 254 <=
@@ -120,19 +113,16 @@ void check_converted_variant() {
   CHECK(max_abs_diff(run_script(cpu, m, s), run_script(ref, m, s)) <= tol);
 }
 
-#define POLYATTN_CPU_ELEMENT_COMBOS_FOR(V)                                                                       \
-  Combo<V, Nhd, Eigen::half>, Combo<V, Hnd, Eigen::half>, Combo<V, Paged<16>, Eigen::half>,                   \
-      Combo<V, Nhd, Eigen::bfloat16>, Combo<V, Hnd, Eigen::bfloat16>, Combo<V, Paged<16>, Eigen::bfloat16>,   \
-      Combo<V, Nhd, std::int8_t>, Combo<V, Hnd, std::int8_t>, Combo<V, Paged<16>, std::int8_t>
+#define POLYATTN_CPU_ELEMENT_COMBOS_FOR(V) POLYATTN_ELEMENT_COMBOS(V, exec::CpuSimd)
 
 #if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
 using Avx2Kernels = exec::BasicCpuSimd<xsimd::fma3<xsimd::avx2>>;
 /// int8 on the AVX2 kernels (8 lanes, the 8-code load), one combo per variant on one layout (page
 /// boundaries): the kernels are instantiated per cache store, and each costs build time.
 #define POLYATTN_CPU_AVX2_INT8_COMBOS                                                                             \
-  , Combo<Mha, Paged<16>, std::int8_t, Avx2Kernels>, Combo<Gqa<2>, Paged<16>, std::int8_t, Avx2Kernels>,        \
-      Combo<Mqa, Paged<16>, std::int8_t, Avx2Kernels>, Combo<SlimK2, Paged<16>, std::int8_t, Avx2Kernels>,      \
-      Combo<XCache, Paged<16>, std::int8_t, Avx2Kernels>
+  , Combo<Mha, Paged<16>, Avx2Kernels, std::int8_t>, Combo<Gqa<2>, Paged<16>, Avx2Kernels, std::int8_t>,        \
+      Combo<Mqa, Paged<16>, Avx2Kernels, std::int8_t>, Combo<SlimK2, Paged<16>, Avx2Kernels, std::int8_t>,      \
+      Combo<XCache, Paged<16>, Avx2Kernels, std::int8_t>
 #else
 #define POLYATTN_CPU_AVX2_INT8_COMBOS
 #endif

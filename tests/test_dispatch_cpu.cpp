@@ -12,7 +12,8 @@
 #include <type_traits>
 
 #include "support/dispatch_layers.hpp"
-#include "support/equivalence_combos.hpp"
+#include "support/combos.hpp"
+#include "support/equivalence_scenarios.hpp"
 #include "support/rounded_cache.hpp"
 
 namespace dispatch = polyattn::testing::dispatch;
@@ -38,10 +39,11 @@ TEST_CASE("dispatch: the AVX-512 kernels where the CPU runs x86-64-v4, the AVX2 
   CHECK(dispatch::Executor::name() == "cpu/avx512bw|fma3+avx2");
 }
 
-/// Mha, Gqa<4>, Mqa on every layout of the equivalence suite, on executor E.
-#define POLYATTN_DISPATCH_FLOAT_COMBOS(E)                                                          \
-  POLYATTN_EQUIVALENCE_LAYOUTS_FOR(polyattn::Mha, E), POLYATTN_EQUIVALENCE_LAYOUTS_FOR(polyattn::Gqa<4>, E), \
-      POLYATTN_EQUIVALENCE_LAYOUTS_FOR(polyattn::Mqa, E)
+/// Mha, Gqa<4>, Mqa of the equivalence family (support/combos.hpp) on every layout, on executor E:
+/// the dispatched kernels are compiled twice (AVX-512 and AVX2), so three of its five variants.
+#define POLYATTN_DISPATCH_FLOAT_COMBOS(E)                                                                            \
+  POLYATTN_LAYOUT_COMBOS(polyattn::Mha, E), POLYATTN_LAYOUT_COMBOS(polyattn::Gqa<4>, E),                              \
+      POLYATTN_LAYOUT_COMBOS(polyattn::Mqa, E)
 
 TEST_CASE_TEMPLATE("dispatch: the equivalence scenarios match the dense oracle", C, POLYATTN_DISPATCH_FLOAT_COMBOS(dispatch::Executor),
                    POLYATTN_DISPATCH_FLOAT_COMBOS(dispatch::FallbackExecutor)) {

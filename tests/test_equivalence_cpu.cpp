@@ -5,7 +5,8 @@
 // what a CPU without AVX-512 runs, with its own vector width and register blocks.
 #include <polyattn/exec/cpu/cpu_simd.hpp>
 
-#include "support/equivalence_combos.hpp"
+#include "support/combos.hpp"
+#include "support/equivalence_scenarios.hpp"
 
 TEST_CASE_TEMPLATE("cpu: the equivalence scenarios match the dense oracle", C, POLYATTN_EQUIVALENCE_COMBOS(polyattn::exec::CpuSimd)) {
   polyattn::testing::run_equivalence_scenarios<typename C::type>();

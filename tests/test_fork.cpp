@@ -13,6 +13,7 @@
 #include <polyattn/polyattn.hpp>
 
 #include "support/check_throws.hpp"
+#include "support/combos.hpp"
 #include "support/fork_scenarios.hpp"
 
 using namespace polyattn;
@@ -26,23 +27,18 @@ using polyattn::testing::check_throws_with;
 
 }  // namespace
 
-template <class V, class L, class E>
-struct Combo {
-  using type = Attention<V, L, E>;
-};
-
-// Paged<4>: the scenario's 10-token prefix fills two pages and part of a third (Mtla<16, 3, 4>: 4
-// rows, one full page and an open row, so the fork copies that page although it is full).
+// Paged<4> (support/combos.hpp): the scenario's 10-token prefix fills two pages and part of a
+// third (Mtla<16, 3, 4>: 4 rows, one full page and an open row, so the fork copies that page
+// although it is full).
 using ForkMtla = Mtla<16, 3, 4>;  // aliases: a macro argument may not hold a comma
 using ForkMlaPreserved = Mla<12, 4, MlaKeyPart::preserved>;
 using ForkMlaRope = Mla<12, 4, MlaKeyPart::decoupled_rope>;
-#define POLYATTN_FORK_COMBOS_FOR(V, E) Combo<V, Nhd, E>, Combo<V, Hnd, E>, Combo<V, Paged<4>, E>
-#define POLYATTN_FORK_COMBOS(V) POLYATTN_FORK_COMBOS_FOR(V, exec::Reference), POLYATTN_FORK_COMBOS_FOR(V, exec::CpuSimd)
+#define POLYATTN_FORK_CPU_COMBOS(V) POLYATTN_FORK_COMBOS(V, exec::Reference), POLYATTN_FORK_COMBOS(V, exec::CpuSimd)
 
-TEST_CASE_TEMPLATE("fork: the child and the parent go on as if each had been written afresh", C, POLYATTN_FORK_COMBOS(Mha),
-                   POLYATTN_FORK_COMBOS(Gqa<2>), POLYATTN_FORK_COMBOS(Mqa), POLYATTN_FORK_COMBOS(SlimK2), POLYATTN_FORK_COMBOS(XCache),
-                   POLYATTN_FORK_COMBOS(ForkMtla), POLYATTN_FORK_COMBOS(ForkMlaPreserved),
-                   POLYATTN_FORK_COMBOS(ForkMlaRope)) {
+TEST_CASE_TEMPLATE("fork: the child and the parent go on as if each had been written afresh", C, POLYATTN_FORK_CPU_COMBOS(Mha),
+                   POLYATTN_FORK_CPU_COMBOS(Gqa<2>), POLYATTN_FORK_CPU_COMBOS(Mqa), POLYATTN_FORK_CPU_COMBOS(SlimK2),
+                   POLYATTN_FORK_CPU_COMBOS(XCache), POLYATTN_FORK_CPU_COMBOS(ForkMtla), POLYATTN_FORK_CPU_COMBOS(ForkMlaPreserved),
+                   POLYATTN_FORK_CPU_COMBOS(ForkMlaRope)) {
   fork_equals_replay<typename C::type>();
 }
 

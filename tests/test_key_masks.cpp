@@ -19,6 +19,7 @@
 
 #include <polyattn/polyattn.hpp>
 
+#include "support/combos.hpp"
 #include "support/dense_oracle.hpp"
 #include "support/fork_scenarios.hpp"
 #include "support/window_scenarios.hpp"
@@ -141,32 +142,23 @@ TEST_CASE("a value that is not finite changes only the rows whose mask lets them
 
 namespace {
 
-template <class V, class L, class E>
-struct WindowCombo {
-  using type = Attention<V, L, E, float, SlidingWindow<24>>;
-};
-#define POLYATTN_WINDOW_COMBOS_FOR(V, E) \
-  WindowCombo<V, Nhd, E>, WindowCombo<V, Hnd, E>, WindowCombo<V, Paged<16>, E>, WindowCombo<V, Paged<7>, E>
-#define POLYATTN_WINDOW_COMBOS(V) POLYATTN_WINDOW_COMBOS_FOR(V, exec::Reference), POLYATTN_WINDOW_COMBOS_FOR(V, exec::CpuSimd)
+#define POLYATTN_WINDOW_CPU_COMBOS(V) POLYATTN_WINDOW_COMBOS(V, exec::Reference), POLYATTN_WINDOW_COMBOS(V, exec::CpuSimd)
 
 }  // namespace
 
 TEST_CASE_TEMPLATE("Attention with a sliding window: chunked prefill and ragged batched decode match the dense oracle", C,
-                   POLYATTN_WINDOW_COMBOS(Mha), POLYATTN_WINDOW_COMBOS(Gqa<2>), POLYATTN_WINDOW_COMBOS(Mqa),
-                   POLYATTN_WINDOW_COMBOS(SlimK2)) {
+                   POLYATTN_WINDOW_CPU_COMBOS(Mha), POLYATTN_WINDOW_CPU_COMBOS(Gqa<2>), POLYATTN_WINDOW_CPU_COMBOS(Mqa),
+                   POLYATTN_WINDOW_CPU_COMBOS(SlimK2)) {
   window_prefill_and_decode<typename C::type>();
 }
 
 namespace {
 
-template <class V, class L, class E>
-struct ReplayCombo {
-  using windowed = Attention<V, L, E, float, SlidingWindow<20>>;
-  using plain = Attention<V, L, E, float>;
-};
+// The windowed type of each combination (a window of 20), on the contiguous layouts; the test
+// replays into the same type without a window.
 #define POLYATTN_REPLAY_COMBOS(V)                                                                                    \
-  ReplayCombo<V, Nhd, exec::Reference>, ReplayCombo<V, Hnd, exec::Reference>, ReplayCombo<V, Nhd, exec::CpuSimd>, \
-      ReplayCombo<V, Hnd, exec::CpuSimd>
+  Combo<V, Nhd, exec::Reference, float, SlidingWindow<20>>, Combo<V, Hnd, exec::Reference, float, SlidingWindow<20>>, \
+      Combo<V, Nhd, exec::CpuSimd, float, SlidingWindow<20>>, Combo<V, Hnd, exec::CpuSimd, float, SlidingWindow<20>>
 using ReplayMlaPreserved = Mla<12, 4, MlaKeyPart::preserved>;
 using ReplayMlaRope = Mla<12, 4, MlaKeyPart::decoupled_rope>;
 
@@ -177,7 +169,7 @@ TEST_CASE_TEMPLATE("a windowed decode of XCache and Mla equals a replay of the w
                    POLYATTN_REPLAY_COMBOS(ReplayMlaRope)) {
   // The window's rows are all the replay holds; the decode kernel's tiles start at the window's
   // first row as the replay's start at its row 0, so the arithmetic is the same.
-  using A = typename C::windowed;
+  using A = typename C::type;
   using V = typename A::variant_type;
   constexpr int W = A::mask_type::window;
   const AttentionShape s{4, 8};
@@ -185,7 +177,7 @@ TEST_CASE_TEMPLATE("a windowed decode of XCache and Mla equals a replay of the w
   const auto params = params_for<V>(s, rng);
   const int qw = V::query_width(s), ow = V::output_width(s);
   A windowed(s, {.max_sequences = 1, .capacity = 80, .poison_unused = true}, params, 2);
-  typename C::plain replay(s, {.max_sequences = 1, .capacity = W, .poison_unused = true}, params, 2);
+  Attention<V, typename C::layout, typename C::executor> replay(s, {.max_sequences = 1, .capacity = W, .poison_unused = true}, params, 2);
   const int seq = windowed.open_sequence();
   const RandomRows<V> prefix(s, 50, rng);
   RowMatrixXf out(50, ow);

@@ -9,6 +9,7 @@
 
 #include <polyattn/polyattn.hpp>
 
+#include "support/combos.hpp"
 #include "support/latent_oracle.hpp"
 #include "support/layout_element.hpp"
 #include "support/latent_scenarios.hpp"
@@ -34,17 +35,9 @@ constexpr AttentionShape test_shape() {
   return {3, 10};
 }
 
-template <class V, class L, class E>
-struct Combo {
-  using type = Attention<V, L, E, float>;
-};
-
 }  // namespace
 
-#define POLYATTN_MLA_COMBOS_FOR(V)                                                                                   \
-  Combo<V, Nhd, exec::Reference>, Combo<V, Hnd, exec::Reference>, Combo<V, Paged<16>, exec::Reference>,           \
-      Combo<V, Paged<7>, exec::Reference>, Combo<V, Nhd, exec::CpuSimd>, Combo<V, Hnd, exec::CpuSimd>,             \
-      Combo<V, Paged<16>, exec::CpuSimd>, Combo<V, Paged<7>, exec::CpuSimd>
+#define POLYATTN_MLA_COMBOS_FOR(V) POLYATTN_MLA_COMBOS(V, exec::Reference), POLYATTN_MLA_COMBOS(V, exec::CpuSimd)
 
 TEST_CASE_TEMPLATE("Mla absorbed prefill and batched decode equal the expanded computation", C, POLYATTN_MLA_COMBOS_FOR(MlaRope),
                    POLYATTN_MLA_COMBOS_FOR(MlaKeep), POLYATTN_MLA_COMBOS_FOR(MlaFull)) {

@@ -10,6 +10,7 @@
 #include <polyattn/polyattn.hpp>
 
 #include "support/check_throws.hpp"
+#include "support/combos.hpp"
 #include "support/latent_oracle.hpp"
 #include "support/layout_element.hpp"
 #include "support/latent_scenarios.hpp"
@@ -192,19 +193,7 @@ TEST_CASE("Mtla on a paged cache: a batch that needs more pages than are free ch
   CHECK(attn.cache().free_pages() == 0);
 }
 
-namespace {
-
-template <class V, class L, class E>
-struct Combo {
-  using type = Attention<V, L, E, float>;
-};
-
-}  // namespace
-
-#define POLYATTN_MTLA_COMBOS_FOR(V)                                                                                  \
-  Combo<V, Nhd, exec::Reference>, Combo<V, Hnd, exec::Reference>, Combo<V, Paged<3>, exec::Reference>,            \
-      Combo<V, Nhd, exec::CpuSimd>, Combo<V, Hnd, exec::CpuSimd>, Combo<V, Paged<4>, exec::CpuSimd>,               \
-      Combo<V, Paged<3>, exec::CpuSimd>
+#define POLYATTN_MTLA_COMBOS_FOR(V) POLYATTN_MTLA_COMBOS(V, exec::Reference), POLYATTN_MTLA_COMBOS(V, exec::CpuSimd)
 
 TEST_CASE_TEMPLATE("Mtla in fp32: decode, chunked prefill and batched decode equal the parallel path", C, POLYATTN_MTLA_COMBOS_FOR(MtlaS<1>),
                    POLYATTN_MTLA_COMBOS_FOR(MtlaS<2>), POLYATTN_MTLA_COMBOS_FOR(MtlaS<3>), POLYATTN_MTLA_COMBOS_FOR(MtlaS<4>)) {

@@ -37,7 +37,8 @@
 #include "support/cross_scenarios.hpp"
 #include "support/cuda_device.hpp"
 #include "support/dense_oracle.hpp"
-#include "support/equivalence_combos.hpp"
+#include "support/combos.hpp"
+#include "support/equivalence_scenarios.hpp"
 #include "support/executor_tolerance.hpp"
 #include "support/fork_scenarios.hpp"
 #include "support/window_scenarios.hpp"
@@ -54,12 +55,10 @@ const bool kNoDevice = !have_cuda_device();  // prints why GPU cases are skipped
 
 }  // namespace
 
-template <class V, class L>
-struct Combo {
-  using type = Attention<V, L, exec::Cuda, float>;
-};
+/// A CUDA combination (support/combos.hpp), for the hand-picked lists below.
+template <class V, class L, class M = PrefixMask>
+using CudaCombo = Combo<V, L, exec::Cuda, float, M>;
 
-#define POLYATTN_CUDA_COMBOS_FOR(V) Combo<V, Nhd>, Combo<V, Hnd>, Combo<V, Paged<16>>, Combo<V, Paged<7>>
 // Mha, Gqa<2>, Gqa<4>, Gqa<8>, Mqa x every layout (long sequences split across blocks).
 TEST_CASE_TEMPLATE("cuda: the equivalence scenarios match the dense oracle" * doctest::skip(kNoDevice), C,
                    POLYATTN_EQUIVALENCE_COMBOS(exec::Cuda)) {
@@ -74,17 +73,8 @@ TEST_CASE_TEMPLATE("cuda: -inf, overflowing and huge scores give the same limits
 
 // ---- Variants with host-side hooks around the device attend ------------------------------------
 
-template <class V, class L>
-struct LayerCombo {
-  using variant = V;
-  using layout = L;
-};
-
-#define POLYATTN_CUDA_LAYER_COMBOS_FOR(V) \
-  LayerCombo<V, Nhd>, LayerCombo<V, Hnd>, LayerCombo<V, Paged<16>>, LayerCombo<V, Paged<7>>
-
 TEST_CASE_TEMPLATE("cuda: SlimK2 and XCache on converted layers match the Reference executor" * doctest::skip(kNoDevice), C,
-                   POLYATTN_CUDA_LAYER_COMBOS_FOR(SlimK2), POLYATTN_CUDA_LAYER_COMBOS_FOR(XCache)) {
+                   POLYATTN_LAYOUT_COMBOS(SlimK2, exec::Cuda), POLYATTN_LAYOUT_COMBOS(XCache, exec::Cuda)) {
   using V = typename C::variant;
   using L = typename C::layout;
   // cond(W_k) 10 and 1e3: slim's W_kv (and with it the tolerance) grows with it. length_b = 1: a
@@ -172,8 +162,8 @@ constexpr AttentionShape mla_shape() {
 }
 
 TEST_CASE_TEMPLATE("cuda: Mla absorbed prefill and batched decode equal the expanded computation" * doctest::skip(kNoDevice), C,
-                   POLYATTN_CUDA_COMBOS_FOR(MlaRope), POLYATTN_CUDA_COMBOS_FOR(MlaKeep), POLYATTN_CUDA_COMBOS_FOR(MlaFull),
-                   POLYATTN_CUDA_COMBOS_FOR(MlaWide)) {
+                   POLYATTN_MLA_COMBOS(MlaRope, exec::Cuda), POLYATTN_MLA_COMBOS(MlaKeep, exec::Cuda),
+                   POLYATTN_MLA_COMBOS(MlaFull, exec::Cuda), POLYATTN_MLA_COMBOS(MlaWide, exec::Cuda)) {
   using A = typename C::type;
   mla_prefill_then_batched_decode_scenario<A>(mla_shape<typename A::variant_type>());
 }
@@ -183,24 +173,25 @@ using MtlaS = Mtla<16, S, 4>;
 
 // Each decode of stride > 1 merges into the row the mirror copied at the previous step.
 TEST_CASE_TEMPLATE("cuda: Mtla decode, chunked prefill and batched decode equal the parallel path" * doctest::skip(kNoDevice), C,
-                   POLYATTN_CUDA_COMBOS_FOR(MtlaS<1>), POLYATTN_CUDA_COMBOS_FOR(MtlaS<2>), POLYATTN_CUDA_COMBOS_FOR(MtlaS<3>),
-                   POLYATTN_CUDA_COMBOS_FOR(MtlaS<4>), Combo<MtlaS<3>, Paged<2>>) {
+                   POLYATTN_MTLA_COMBOS(MtlaS<1>, exec::Cuda), POLYATTN_MTLA_COMBOS(MtlaS<2>, exec::Cuda),
+                   POLYATTN_MTLA_COMBOS(MtlaS<3>, exec::Cuda), POLYATTN_MTLA_COMBOS(MtlaS<4>, exec::Cuda)) {
   mtla_decode_prefill_scenario<typename C::type>({3, 8});
 }
 
-TEST_CASE_TEMPLATE("cuda: forked sequences (beams) equal a replay on the device" * doctest::skip(kNoDevice), C, Combo<Mha, Nhd>,
-                   Combo<Gqa<2>, Hnd>, Combo<Mha, Paged<4>>, Combo<MtlaS<3>, Paged<4>>, Combo<SlimK2, Paged<4>>,
-                   Combo<XCache, Hnd>, Combo<Mla<12, 4, MlaKeyPart::preserved>, Paged<4>>) {
+// The fork family's layouts (support/combos.hpp), one variant on each rather than every variant on
+// all three: each CUDA instantiation costs nvcc time in a build that cannot run it without a GPU.
+TEST_CASE_TEMPLATE("cuda: forked sequences (beams) equal a replay on the device" * doctest::skip(kNoDevice), C, CudaCombo<Mha, Nhd>,
+                   CudaCombo<Gqa<2>, Hnd>, CudaCombo<Mha, Paged<4>>, CudaCombo<MtlaS<3>, Paged<4>>, CudaCombo<SlimK2, Paged<4>>,
+                   CudaCombo<XCache, Hnd>, CudaCombo<Mla<12, 4, MlaKeyPart::preserved>, Paged<4>>) {
   fork_equals_replay<typename C::type>();
 }
 
-using WindowMhaNhd = Attention<Mha, Nhd, exec::Cuda, float, SlidingWindow<24>>;  // aliases: no commas in the list below
-using WindowGqaPaged = Attention<Gqa<2>, Paged<7>, exec::Cuda, float, SlidingWindow<24>>;
-using WindowSlimHnd = Attention<SlimK2, Hnd, exec::Cuda, float, SlidingWindow<24>>;
+// The window family's combinations (support/combos.hpp), one layout per variant.
 TEST_CASE_TEMPLATE("cuda: a sliding window reads only its tokens: prefill and batched decode match the dense oracle" *
                        doctest::skip(kNoDevice),
-                   A, WindowMhaNhd, WindowGqaPaged, WindowSlimHnd) {
-  window_prefill_and_decode<A>();
+                   C, CudaCombo<Mha, Nhd, SlidingWindow<24>>, CudaCombo<Gqa<2>, Paged<7>, SlidingWindow<24>>,
+                   CudaCombo<SlimK2, Hnd, SlidingWindow<24>>) {
+  window_prefill_and_decode<typename C::type>();
 }
 
 TEST_CASE("cuda: a fork on Paged<P> uploads only its own pages' rows, the shared ones being on the device" *

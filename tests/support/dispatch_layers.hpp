@@ -25,7 +25,7 @@ struct FallbackExecutor : Executor {
 };
 
 // One Attention type per (key mask, cache store) pair the test gives the executor: the float
-// stores of support/equivalence_combos.hpp's layouts (every variant there shares them) and the
+// stores of support/combos.hpp's layouts (every variant there shares them) and the
 // two 16-bit caches.
 using MhaNhd = Attention<Mha, Nhd, Executor, float>;
 using MhaHnd = Attention<Mha, Hnd, Executor, float>;

@@ -188,4 +188,15 @@ void reopened_slot_scenario() {
   CHECK(max_abs_diff(out3, dense_attention(q3, k3, v3, shape.n_heads, group, false, 0)) <= fp32_attention_tolerance(8, 15));
 }
 
+/// Every scenario for one Attention type, each as a doctest subcase.
+template <class A>
+void run_equivalence_scenarios() {
+  SUBCASE("prefill then batched decode matches the dense oracle") { prefill_then_batched_decode_scenario<A>(); }
+  SUBCASE("long sequences split across threads match the dense oracle") { long_sequence_scenario<A>(); }
+  SUBCASE("encoder prefill (full mask) and cross-attention attend match the dense oracle") {
+    encoder_and_cross_attention_scenario<A>();
+  }
+  SUBCASE("a closed sequence's slot is reused without reading its old rows") { reopened_slot_scenario<A>(); }
+}
+
 }  // namespace polyattn::testing
