@@ -181,13 +181,18 @@ class BeamSearch {
       max = std::max(max, row(v) * inv_t);
     }
     if (!std::isfinite(max)) throw Error("beam search: every token is suppressed");
+    // The weights once (a draw over 51864 tokens is two passes, and exp is most of its time).
+    weights_.resize(std::size_t(row.size()));
     double total = 0.0;
-    for (Eigen::Index v = 0; v < row.size(); ++v) total += std::exp(double(row(v) * inv_t - max));
+    for (Eigen::Index v = 0; v < row.size(); ++v) {
+      weights_[std::size_t(v)] = std::exp(double(row(v) * inv_t - max));
+      total += weights_[std::size_t(v)];
+    }
     const double u = double(rng_() >> 11) * 0x1.0p-53 * total;
     double sum = 0.0;
     int last_allowed = 0;
     for (Eigen::Index v = 0; v < row.size(); ++v) {
-      const double w = std::exp(double(row(v) * inv_t - max));
+      const double w = weights_[std::size_t(v)];
       if (w == 0.0) continue;
       sum += w;
       last_allowed = int(v);
@@ -249,6 +254,7 @@ class BeamSearch {
   bool top_beam_finished_ = false;
   bool finished_ = false;
   std::mt19937_64 rng_;  // temperature > 0 only
+  std::vector<double> weights_;  // draw's scratch: one weight per token
 };
 
 }  // namespace polyattn::whisper
