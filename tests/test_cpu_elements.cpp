@@ -113,8 +113,6 @@ void check_converted_variant() {
   CHECK(max_abs_diff(run_script(cpu, m, s), run_script(ref, m, s)) <= tol);
 }
 
-#define POLYATTN_CPU_ELEMENT_COMBOS_FOR(V) POLYATTN_ELEMENT_COMBOS(V, exec::CpuSimd)
-
 #if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
 using Avx2Kernels = exec::BasicCpuSimd<xsimd::fma3<xsimd::avx2>>;
 /// int8 on the AVX2 kernels (8 lanes, the 8-code load), one combo per variant on one layout (page
@@ -139,9 +137,9 @@ void on_both_kernels(const Check& check) {
 }  // namespace
 
 TEST_CASE_TEMPLATE("CpuSimd over a 16-bit or int8 cache matches Reference over the same cache", C,
-                   POLYATTN_CPU_ELEMENT_COMBOS_FOR(Mha), POLYATTN_CPU_ELEMENT_COMBOS_FOR(Gqa<2>),
-                   POLYATTN_CPU_ELEMENT_COMBOS_FOR(Mqa), POLYATTN_CPU_ELEMENT_COMBOS_FOR(SlimK2),
-                   POLYATTN_CPU_ELEMENT_COMBOS_FOR(XCache) POLYATTN_CPU_AVX2_INT8_COMBOS) {
+                   POLYATTN_ELEMENT_COMBOS(Mha, exec::CpuSimd), POLYATTN_ELEMENT_COMBOS(Gqa<2>, exec::CpuSimd),
+                   POLYATTN_ELEMENT_COMBOS(Mqa, exec::CpuSimd), POLYATTN_ELEMENT_COMBOS(SlimK2, exec::CpuSimd),
+                   POLYATTN_ELEMENT_COMBOS(XCache, exec::CpuSimd) POLYATTN_CPU_AVX2_INT8_COMBOS) {
   using V = typename C::variant;
   if constexpr (std::is_same_v<V, SlimK2> || std::is_same_v<V, XCache>)
     check_converted_variant<V, typename C::layout, typename C::element, typename C::executor>();

@@ -33,12 +33,12 @@ using polyattn::testing::check_throws_with;
 using ForkMtla = Mtla<16, 3, 4>;  // aliases: a macro argument may not hold a comma
 using ForkMlaPreserved = Mla<12, 4, MlaKeyPart::preserved>;
 using ForkMlaRope = Mla<12, 4, MlaKeyPart::decoupled_rope>;
-#define POLYATTN_FORK_CPU_COMBOS(V) POLYATTN_FORK_COMBOS(V, exec::Reference), POLYATTN_FORK_COMBOS(V, exec::CpuSimd)
-
-TEST_CASE_TEMPLATE("fork: the child and the parent go on as if each had been written afresh", C, POLYATTN_FORK_CPU_COMBOS(Mha),
-                   POLYATTN_FORK_CPU_COMBOS(Gqa<2>), POLYATTN_FORK_CPU_COMBOS(Mqa), POLYATTN_FORK_CPU_COMBOS(SlimK2),
-                   POLYATTN_FORK_CPU_COMBOS(XCache), POLYATTN_FORK_CPU_COMBOS(ForkMtla), POLYATTN_FORK_CPU_COMBOS(ForkMlaPreserved),
-                   POLYATTN_FORK_CPU_COMBOS(ForkMlaRope)) {
+TEST_CASE_TEMPLATE("fork: the child and the parent go on as if each had been written afresh", C,
+                   POLYATTN_ON_CPU_EXECUTORS(POLYATTN_FORK_COMBOS, Mha), POLYATTN_ON_CPU_EXECUTORS(POLYATTN_FORK_COMBOS, Gqa<2>),
+                   POLYATTN_ON_CPU_EXECUTORS(POLYATTN_FORK_COMBOS, Mqa), POLYATTN_ON_CPU_EXECUTORS(POLYATTN_FORK_COMBOS, SlimK2),
+                   POLYATTN_ON_CPU_EXECUTORS(POLYATTN_FORK_COMBOS, XCache), POLYATTN_ON_CPU_EXECUTORS(POLYATTN_FORK_COMBOS, ForkMtla),
+                   POLYATTN_ON_CPU_EXECUTORS(POLYATTN_FORK_COMBOS, ForkMlaPreserved),
+                   POLYATTN_ON_CPU_EXECUTORS(POLYATTN_FORK_COMBOS, ForkMlaRope)) {
   fork_equals_replay<typename C::type>();
 }
 

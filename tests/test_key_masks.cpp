@@ -140,15 +140,9 @@ TEST_CASE("a value that is not finite changes only the rows whose mask lets them
   }
 }
 
-namespace {
-
-#define POLYATTN_WINDOW_CPU_COMBOS(V) POLYATTN_WINDOW_COMBOS(V, exec::Reference), POLYATTN_WINDOW_COMBOS(V, exec::CpuSimd)
-
-}  // namespace
-
 TEST_CASE_TEMPLATE("Attention with a sliding window: chunked prefill and ragged batched decode match the dense oracle", C,
-                   POLYATTN_WINDOW_CPU_COMBOS(Mha), POLYATTN_WINDOW_CPU_COMBOS(Gqa<2>), POLYATTN_WINDOW_CPU_COMBOS(Mqa),
-                   POLYATTN_WINDOW_CPU_COMBOS(SlimK2)) {
+                   POLYATTN_ON_CPU_EXECUTORS(POLYATTN_WINDOW_COMBOS, Mha), POLYATTN_ON_CPU_EXECUTORS(POLYATTN_WINDOW_COMBOS, Gqa<2>),
+                   POLYATTN_ON_CPU_EXECUTORS(POLYATTN_WINDOW_COMBOS, Mqa), POLYATTN_ON_CPU_EXECUTORS(POLYATTN_WINDOW_COMBOS, SlimK2)) {
   window_prefill_and_decode<typename C::type>();
 }
 

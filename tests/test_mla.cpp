@@ -37,10 +37,9 @@ constexpr AttentionShape test_shape() {
 
 }  // namespace
 
-#define POLYATTN_MLA_COMBOS_FOR(V) POLYATTN_MLA_COMBOS(V, exec::Reference), POLYATTN_MLA_COMBOS(V, exec::CpuSimd)
-
-TEST_CASE_TEMPLATE("Mla absorbed prefill and batched decode equal the expanded computation", C, POLYATTN_MLA_COMBOS_FOR(MlaRope),
-                   POLYATTN_MLA_COMBOS_FOR(MlaKeep), POLYATTN_MLA_COMBOS_FOR(MlaFull)) {
+TEST_CASE_TEMPLATE("Mla absorbed prefill and batched decode equal the expanded computation", C,
+                   POLYATTN_ON_CPU_EXECUTORS(POLYATTN_MLA_COMBOS, MlaRope), POLYATTN_ON_CPU_EXECUTORS(POLYATTN_MLA_COMBOS, MlaKeep),
+                   POLYATTN_ON_CPU_EXECUTORS(POLYATTN_MLA_COMBOS, MlaFull)) {
   mla_prefill_then_batched_decode_scenario<typename C::type>(test_shape<typename C::type::variant_type>());
 }
 

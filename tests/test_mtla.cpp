@@ -193,10 +193,9 @@ TEST_CASE("Mtla on a paged cache: a batch that needs more pages than are free ch
   CHECK(attn.cache().free_pages() == 0);
 }
 
-#define POLYATTN_MTLA_COMBOS_FOR(V) POLYATTN_MTLA_COMBOS(V, exec::Reference), POLYATTN_MTLA_COMBOS(V, exec::CpuSimd)
-
-TEST_CASE_TEMPLATE("Mtla in fp32: decode, chunked prefill and batched decode equal the parallel path", C, POLYATTN_MTLA_COMBOS_FOR(MtlaS<1>),
-                   POLYATTN_MTLA_COMBOS_FOR(MtlaS<2>), POLYATTN_MTLA_COMBOS_FOR(MtlaS<3>), POLYATTN_MTLA_COMBOS_FOR(MtlaS<4>)) {
+TEST_CASE_TEMPLATE("Mtla in fp32: decode, chunked prefill and batched decode equal the parallel path", C,
+                   POLYATTN_ON_CPU_EXECUTORS(POLYATTN_MTLA_COMBOS, MtlaS<1>), POLYATTN_ON_CPU_EXECUTORS(POLYATTN_MTLA_COMBOS, MtlaS<2>),
+                   POLYATTN_ON_CPU_EXECUTORS(POLYATTN_MTLA_COMBOS, MtlaS<3>), POLYATTN_ON_CPU_EXECUTORS(POLYATTN_MTLA_COMBOS, MtlaS<4>)) {
   mtla_decode_prefill_scenario<typename C::type>(kShape);
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <xsimd/xsimd.hpp>
@@ -78,5 +79,7 @@ TEST_CASE("the softmax exp equals xsimd::exp bit for bit on x <= 0, -inf and NaN
 #if defined(__AVX512F__) && defined(__AVX512BW__)
   SUBCASE("AVX-512") { check_against_xsimd<xsimd::avx512bw>(); }
 #endif
-  SUBCASE("the build's default architecture") { check_against_xsimd<xsimd::default_arch>(); }
+  // A build for neither of those (another ISA) checks its own.
+  if constexpr (!std::is_same_v<xsimd::default_arch, xsimd::avx512bw> && !std::is_same_v<xsimd::default_arch, xsimd::fma3<xsimd::avx2>>)
+    SUBCASE("the build's default architecture") { check_against_xsimd<xsimd::default_arch>(); }
 }

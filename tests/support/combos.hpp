@@ -40,6 +40,10 @@ struct Combo {
       ::polyattn::testing::Combo<V, ::polyattn::Paged<16>, E __VA_OPT__(, ) __VA_ARGS__>,                         \
       ::polyattn::testing::Combo<V, ::polyattn::Paged<7>, E __VA_OPT__(, ) __VA_ARGS__>
 
+/// A family's list for V on both CPU executors, Reference then CpuSimd:
+/// POLYATTN_ON_CPU_EXECUTORS(POLYATTN_FORK_COMBOS, Mha).
+#define POLYATTN_ON_CPU_EXECUTORS(FAMILY, V) FAMILY(V, ::polyattn::exec::Reference), FAMILY(V, ::polyattn::exec::CpuSimd)
+
 /// The KV-sharing variants (support/equivalence_scenarios.hpp): Mha, Gqa<2>, Gqa<4>, Gqa<8>, Mqa
 /// on every layout.
 #define POLYATTN_EQUIVALENCE_COMBOS(E)                                                                               \
