@@ -6,7 +6,7 @@
 // A file never makes us allocate more than it could describe: the frame count a header claims
 // is not believed; samples are read in fixed-size chunks until libsndfile reports the end, and
 // only what was decoded is kept (a compressed format may decode to more samples than it has
-// bytes; `max_frames` bounds that). Bad input throws FormatError / UnsupportedError with
+// bytes; `max_frames` bounds that, at the file's rate and at 16 kHz alike). Bad input throws FormatError / UnsupportedError with
 // libsndfile's or libsoxr's own message.
 #pragma once
 
@@ -38,6 +38,8 @@ inline constexpr int kMinAudioRate = 1000, kMaxAudioRate = 768000;
 
 // Decoded frames (samples per channel) at most, by default: 2^31, 37 h at 16 kHz, 8 GiB of mono
 // float. A compressed file can describe far more samples than it has bytes.
+// The bound holds at the file's rate and at 16 kHz: a few KiB of FLAC at 1 kHz decode to a million
+// frames that resampling makes 16 million (found by fuzz_wav).
 inline constexpr std::size_t kDefaultMaxAudioFrames = std::size_t{1} << 31;
 
 struct AudioInfo {
@@ -126,8 +128,17 @@ inline void check_riff_chunks(std::span<const std::uint8_t> bytes, const std::st
 
 }  // namespace detail
 
-// Decodes an audio file held in memory; returns mono samples at the file's own rate. `name`
-// names the file in messages.
+// Frames at `rate` that stay within `max_frames` once brought to 16 kHz as well:
+// floor(max_frames x rate / 16000) below 16 kHz, computed without overflow.
+inline std::size_t frames_within_16k(std::size_t max_frames, int rate) {
+  if (rate >= kWhisperSampleRate) return max_frames;
+  const std::size_t r = static_cast<std::size_t>(rate), w = kWhisperSampleRate;
+  return max_frames / w * r + max_frames % w * r / w;
+}
+
+// Decodes an audio file held in memory; returns mono samples at the file's own rate: at most
+// `max_frames`, and at most `max_frames` once resampled to 16 kHz. `name` names the file in
+// messages.
 inline Audio decode_audio(std::span<const std::uint8_t> bytes, const std::string& name = "audio file",
                           std::size_t max_frames = kDefaultMaxAudioFrames) {
   detail::check_riff_chunks(bytes, name);
@@ -149,6 +160,7 @@ inline Audio decode_audio(std::span<const std::uint8_t> bytes, const std::string
     throw UnsupportedError(name + ": sample rate " + std::to_string(sfinfo.samplerate) + " Hz is not in [" +
                            std::to_string(kMinAudioRate) + ", " + std::to_string(kMaxAudioRate) + "]");
   info.sample_rate = sfinfo.samplerate;
+  const std::size_t frame_limit = frames_within_16k(max_frames, info.sample_rate);
 
   // Reserve what the header claims only up to one mono sample per byte of the file (an
   // uncompressed file holds at least one byte per frame); beyond that, the vector grows with what
@@ -170,8 +182,9 @@ inline Audio decode_audio(std::span<const std::uint8_t> bytes, const std::string
     if (const int err = sf_error(sf.get()); err != SF_ERR_NO_ERROR) throw FormatError(name + ": " + sf_error_number(err));
     if (got == 0) break;
     const std::size_t n = static_cast<std::size_t>(got);
-    if (n > max_frames - out.samples.size())
-      throw UnsupportedError(name + ": more than " + std::to_string(max_frames) + " frames of audio");
+    if (n > frame_limit - out.samples.size())
+      throw UnsupportedError(name + ": more than " + std::to_string(frame_limit) + " frames of audio at " +
+                             std::to_string(info.sample_rate) + " Hz (" + std::to_string(max_frames) + " at most, at 16 kHz too)");
     for (std::size_t i = 0; i < n; ++i) {
       double acc = 0.0;  // in double: the channels' sum may pass float's range
       for (std::size_t c = 0; c < channels; ++c) {

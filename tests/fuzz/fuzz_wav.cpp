@@ -4,9 +4,10 @@
 // coverage guides the fuzzer through this project's code only: the virtual I/O callbacks, the
 // chunked read and downmix, the checks); the sanitizers and the allocation budget still watch
 // every call into them.
-// Invariants: one sample per decoded frame, at most max_frames of them; every sample finite and
-// integer PCM within [-1, 1]; round(frames * 16000 / rate) samples after resampling (floor or
-// ceil of the exact length), finite where the input is not near the float range.
+// Invariants: one sample per decoded frame, at most max_frames of them, and at most max_frames
+// after resampling; every sample finite and integer PCM within [-1, 1]; round(frames * 16000 /
+// rate) samples after resampling (floor or ceil of the exact length), finite where the input is
+// not near the float range.
 #include <whisper/audio.hpp>
 
 #include <algorithm>
@@ -18,9 +19,9 @@ namespace pw = polyattn::whisper;
 
 namespace {
 
-// Decoded frames at most: a compressed format can describe far more samples than it has bytes,
-// and the allocation budget (16 x input + 64 MiB) must hold the mono samples, their 16 kHz copy
-// and libsndfile's own buffers.
+// Decoded frames at most, at the file's rate and at 16 kHz: a compressed format can describe far
+// more samples than it has bytes, and the allocation budget (16 x input + 64 MiB) must hold the
+// mono samples, their 16 kHz copy and libsndfile's own buffers.
 constexpr std::size_t kMaxFrames = std::size_t{1} << 22;  // 16 MiB of mono float
 
 bool is_integer_pcm(int format) {
@@ -51,6 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       largest = std::max(largest, std::abs(s));
     }
     const std::vector<float> mono = pw::to_16k_mono(std::move(audio));
+    if (mono.size() > kMaxFrames)
+      polyattn_fuzz::broken(std::to_string(mono.size()) + " samples at 16 kHz, more than max_frames");
     const double exact = static_cast<double>(info.frames) * 16000.0 / info.sample_rate;
     if (std::abs(static_cast<double>(mono.size()) - exact) > 1.0 ||
         (info.sample_rate == 16000 && mono.size() != info.frames))

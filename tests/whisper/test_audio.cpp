@@ -341,6 +341,35 @@ TEST_SUITE("audio") {
     CHECK_THROWS_WITH_AS(decode_audio(eight, "eight.wav", 7), doctest::Contains("more than 7 frames"), UnsupportedError);
   }
 
+  TEST_CASE("max_frames holds at 16 kHz too: a low-rate file is refused before resampling multiplies it (fuzz finding)") {
+    // fuzz.wav: a few KiB of FLAC at 1 kHz decode to a million frames of silence, 16 million
+    // once at 16 kHz (tests/fuzz/corpus/wav/finding-flac-1khz-resampled-16x). At 1 kHz,
+    // max_frames = 16000 leaves 1000 frames, which resample to 16000.
+    for (const int frames : {1000, 1001}) {
+      CAPTURE(frames);
+      const whisper_test::TempFile file("silence-1khz.flac");
+      write_with_libsndfile(file.path(), SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 1000, 1, std::vector<float>(static_cast<std::size_t>(frames)));
+      const auto bytes = read_file_bytes(file.path());
+      if (frames == 1000) {
+        const Audio a = decode_audio(bytes, "silence.flac", 16000);
+        CHECK(a.samples.size() == 1000);
+        CHECK(to_16k_mono(a).size() == 16000);
+      } else {
+        CHECK_THROWS_WITH_AS(decode_audio(bytes, "silence.flac", 16000),
+                             doctest::Contains("silence.flac: more than 1000 frames of audio at 1000 Hz (16000 at most, at 16 kHz too)"),
+                             UnsupportedError);
+      }
+    }
+    // At 16 kHz and above the bound is max_frames itself; below, floor(max_frames x rate / 16000),
+    // without overflow for any max_frames.
+    CHECK(frames_within_16k(7, 44100) == 7);
+    CHECK(frames_within_16k(7, 16000) == 7);
+    CHECK(frames_within_16k(16001, 8000) == 8000);
+    CHECK(frames_within_16k(kDefaultMaxAudioFrames, 1000) == kDefaultMaxAudioFrames / 16);
+    const std::size_t most = std::numeric_limits<std::size_t>::max();
+    CHECK(frames_within_16k(most, 15999) == static_cast<std::size_t>(static_cast<unsigned __int128>(most) * 15999 / 16000));
+  }
+
   TEST_CASE("a LIST chunk claiming more bytes than the file is refused before libsndfile sees it (fuzz finding)") {
     // fuzz.wav (tests/fuzz/corpus/wav/finding-libsndfile-list-chunk-hang): 165 bytes whose LIST
     // chunk claims 0x53494C03 bytes kept libsndfile 1.2.0's sf_open busy past libFuzzer's 30 s timeout

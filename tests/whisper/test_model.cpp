@@ -500,7 +500,8 @@ TEST_SUITE("model") {
     // depend on the batch, not on the number of files.
     const std::vector<std::vector<float>> files{std::vector<float>(16000 * 31, 0.0f), {}, std::vector<float>(16000 * 5, 0.0f)};
     const std::vector<std::vector<int>> alone{{1, 1}, {1}, {1}};  // a file without audio is one silent window
-    for (auto [batch, held] : {std::pair{1, 1}, {2, 1}, {3, 2}, {16, 3}}) {
+    for (const auto& [batch_size, held] : {std::pair{1, 1}, {2, 1}, {3, 2}, {16, 3}}) {
+      const int batch = batch_size;  // CAPTURE takes a reference, which clang 14 refuses for a binding
       CAPTURE(batch);
       const Transcription r = ends.transcribe(std::span<const std::vector<float>>(files), {.batch = batch, .threads = 1});
       REQUIRE(r.files.size() == files.size());
@@ -599,7 +600,8 @@ TEST_SUITE("longform") {
     CHECK(alone[0].segments.size() == 4);
     CHECK(alone[1].segments.empty());
     CHECK(!alone[2].segments.empty());
-    for (auto [batch, held] : {std::pair{1, 1}, {3, 2}}) {
+    for (const auto& [batch_size, held] : {std::pair{1, 1}, {3, 2}}) {
+      const int batch = batch_size;  // as above
       CAPTURE(batch);
       const Transcription r = model.transcribe(std::span<const std::vector<float>>(files), {.batch = batch, .threads = 1, .timestamps = true});
       REQUIRE(r.files.size() == files.size());
