@@ -22,37 +22,9 @@ struct OracleKeys {
 
 /// out (n_q, n_heads * dv): query i (absolute position first_pos + i) attends keys [0, visible(i))
 /// where visible = causal ? first_pos + i + 1 : keys.rows(), narrowed by `which`. Query head h
-/// reads KV head h / group.
-inline RowMatrixXf dense_attention(const RowMatrixXf& q, const RowMatrixXf& k, const RowMatrixXf& v, int n_heads, int group,
-                                   bool causal, int first_pos, const OracleKeys& which = {}) {
-  const int dk = int(q.cols()) / n_heads;
-  const int dv = int(v.cols()) / (n_heads / group);
-  RowMatrixXf out(q.rows(), n_heads * dv);
-  for (int i = 0; i < q.rows(); ++i) {
-    const int visible = causal ? first_pos + i + 1 : int(k.rows());
-    std::vector<int> seen;
-    for (int t = which.window > 0 ? std::max(0, visible - which.window) : 0; t < visible; ++t)
-      if (!which.keeps || which.keeps(visible, t)) seen.push_back(t);
-    for (int h = 0; h < n_heads; ++h) {
-      const int kv = h / group;
-      std::vector<double> s(seen.size());
-      double m = -INFINITY, sum = 0;
-      for (std::size_t i_t = 0; i_t < seen.size(); ++i_t) {
-        double d = 0;
-        for (int c = 0; c < dk; ++c) d += double(q(i, h * dk + c)) * double(k(seen[i_t], kv * dk + c));
-        s[i_t] = d / std::sqrt(double(dk));
-        m = std::max(m, s[i_t]);
-      }
-      for (auto& x : s) sum += (x = std::exp(x - m));
-      for (int c = 0; c < dv; ++c) {
-        double acc = 0;
-        for (std::size_t i_t = 0; i_t < seen.size(); ++i_t) acc += s[i_t] * double(v(seen[i_t], kv * dv + c));
-        out(i, h * dv + c) = seen.empty() ? 0.0f : float(acc / sum);
-      }
-    }
-  }
-  return out;
-}
+/// reads KV head h / group. Compiled once, optimised in every build (support/dense_oracle.cpp).
+RowMatrixXf dense_attention(const RowMatrixXf& q, const RowMatrixXf& k, const RowMatrixXf& v, int n_heads, int group,
+                            bool causal, int first_pos, const OracleKeys& which = {});
 
 /// Uniform(-range, range) entries from a seeded generator (tests are reproducible).
 inline RowMatrixXf random_matrix(int rows, int cols, std::mt19937& rng, float range = 1.0f) {
