@@ -6,8 +6,8 @@
 // A file never makes us allocate more than it could describe: the frame count a header claims
 // is not believed; samples are read in fixed-size chunks until libsndfile reports the end, and
 // only what was decoded is kept (a compressed format may decode to more samples than it has
-// bytes; `max_frames` bounds that, at the file's rate and at 16 kHz alike). Bad input throws FormatError / UnsupportedError with
-// libsndfile's or libsoxr's own message.
+// bytes; `max_frames` bounds that, at the file's rate and at 16 kHz alike). Bad input throws
+// FormatError / UnsupportedError with libsndfile's or libsoxr's own message.
 #pragma once
 
 #include <sndfile.h>

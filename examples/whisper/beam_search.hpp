@@ -32,7 +32,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
-#include <limits>
 #include <string>
 #include <utility>
 #include <vector>

@@ -23,15 +23,15 @@ RowMatrixXf dense_attention(const RowMatrixXf& q, const RowMatrixXf& k, const Ro
     seen.clear();
     for (int t = which.window > 0 ? std::max(0, visible - which.window) : 0; t < visible; ++t)
       if (!which.keeps || which.keeps(visible, t)) seen.push_back(t);
+    if (seen.empty()) {  // no key: zeros
+      out.row(i).setZero();
+      continue;
+    }
     s.resize(Eigen::Index(seen.size()));
     for (int h = 0; h < n_heads; ++h) {
       const int kv = h / group;
       const auto qh = qd.row(i).segment(h * dk, dk);
       for (std::size_t j = 0; j < seen.size(); ++j) s[Eigen::Index(j)] = kd.row(seen[j]).segment(kv * dk, dk).dot(qh) * scale;
-      if (seen.empty()) {
-        out.row(i).segment(h * dv, dv).setZero();
-        continue;
-      }
       s = (s.array() - s.maxCoeff()).exp().matrix();
       acc.setZero();
       for (std::size_t j = 0; j < seen.size(); ++j) acc += s[Eigen::Index(j)] * vd.row(seen[j]).segment(kv * dv, dv);
