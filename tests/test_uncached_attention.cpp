@@ -102,6 +102,31 @@ TEST_CASE("a value that is not finite changes only the rows that see it") {
   }
 }
 
+TEST_CASE("uncached attention with values narrower than keys reads each head's own value columns") {
+  // Expected: the oracle over values zero-padded to the key width, whose first value_dim columns
+  // of each head are the narrow values.
+  std::mt19937 rng(41);
+  const int hq = 4, hkv = 2, dk = 40, dv = 24, n = 70, n_keys = 90;
+  const RowMatrixXf q = random_matrix(n, hq * dk, rng), k = random_matrix(n_keys, hkv * dk, rng);
+  const RowMatrixXf v = random_matrix(n_keys, hkv * dv, rng);
+  RowMatrixXf v_padded = RowMatrixXf::Zero(n_keys, hkv * dk);
+  for (int h = 0; h < hkv; ++h) v_padded.middleCols(h * dk, dv) = v.middleCols(h * dv, dv);
+  exec::Reference reference;
+  exec::CpuSimd cpu(2);
+  for (Mask mask : {Mask::full, Mask::causal}) {
+    const RowMatrixXf padded = dense_attention(q, k, v_padded, hq, hq / hkv, mask == Mask::causal, n_keys - n);
+    RowMatrixXf expected(n, hq * dv);
+    for (int h = 0; h < hq; ++h) expected.middleCols(h * dv, dv) = padded.middleCols(h * dk, dv);
+    RowMatrixXf out_ref = RowMatrixXf::Constant(n, hq * dv, NAN), out_cpu = out_ref;
+    attention(reference, q, k, v, {hq, hkv, dk, 0.0f, dv}, mask, out_ref);
+    attention(cpu, q, k, v, {hq, hkv, dk, 0.0f, dv}, mask, out_cpu);
+    CHECK(max_abs_diff(out_ref, expected) <= 4 * 0x1p-24);
+    CHECK(max_abs_diff(out_cpu, expected) <= fp32_attention_tolerance(dk, n_keys));
+  }
+  RowMatrixXf wide(n, hq * dk);
+  check_throws_with<ShapeError>([&] { attention(cpu, q, k, v, {hq, hkv, dk, 0.0f, dv}, Mask::full, wide); }, "expected 70x96");
+}
+
 TEST_CASE("uncached attention refuses shapes that do not fit, naming them") {
   const RowMatrixXf q = RowMatrixXf::Zero(4, 128), kv = RowMatrixXf::Zero(5, 64);
   RowMatrixXf out(4, 128);

@@ -5,8 +5,9 @@
 //
 //   attention(executor, q, k, v, heads, mask, out)
 //     q    (n, query_heads * head_dim)      heads adjacent in a row, as Attention takes them
-//     k, v (n_keys, kv_heads * head_dim)    query head h reads kv head h / (query_heads / kv_heads)
-//     out  (n, query_heads * head_dim)
+//     k    (n_keys, kv_heads * head_dim)    query head h reads kv head h / (query_heads / kv_heads)
+//     v    (n_keys, kv_heads * value_dim)   value_dim = head_dim unless `heads` says otherwise
+//     out  (n, query_heads * value_dim)
 //   Mask::full: every row sees all n_keys keys. Mask::causal: the rows are the last n of the
 //   n_keys positions, and row i sees keys [0, n_keys - n + i] (a chunk after n_keys - n earlier
 //   tokens). A key mask narrows that inside the executor's tile loop (core/key_mask.hpp):
@@ -32,27 +33,30 @@ struct AttentionHeads {
   int kv_heads = 0;   ///< divides query_heads (MHA: equal; GQA/MQA: fewer)
   int head_dim = 0;
   float scale = 0.0f;  ///< softmax scale on q.k; 0 = 1 / sqrt(head_dim)
+  int value_dim = 0;   ///< width of a value head; 0 = head_dim (MLA-style latents attend with narrower values)
 };
 
 template <KeyMask KeyMaskT = PrefixMask, class Executor>
 void attention(Executor& executor, ConstMatrixRef q, ConstMatrixRef k, ConstMatrixRef v, const AttentionHeads& heads, Mask mask,
                MatrixRef out) {
   const int hq = heads.query_heads, hkv = heads.kv_heads, dh = heads.head_dim;
-  require<ShapeError>(hq > 0 && hkv > 0 && dh > 0 && hq % hkv == 0, "attention: ", hq, " query heads, ", hkv,
-                      " kv heads of ", dh, ": need positive counts and kv heads dividing query heads");
+  const int dv = heads.value_dim != 0 ? heads.value_dim : dh;
+  require<ShapeError>(hq > 0 && hkv > 0 && dh > 0 && dv > 0 && hq % hkv == 0, "attention: ", hq, " query heads, ", hkv,
+                      " kv heads of ", dh, " (values of ", dv, "): need positive sizes and kv heads dividing query heads");
   require<ShapeError>(q.cols() == std::ptrdiff_t(hq) * dh, "attention: q has ", q.cols(), " columns, expected ", hq * dh);
-  require<ShapeError>(k.cols() == std::ptrdiff_t(hkv) * dh && v.cols() == k.cols(), "attention: k and v have ", k.cols(), " and ",
-                      v.cols(), " columns, expected ", hkv * dh);
+  require<ShapeError>(k.cols() == std::ptrdiff_t(hkv) * dh && v.cols() == std::ptrdiff_t(hkv) * dv, "attention: k and v have ",
+                      k.cols(), " and ", v.cols(), " columns, expected ", hkv * dh, " and ", hkv * dv);
   require<ShapeError>(k.rows() == v.rows(), "attention: k has ", k.rows(), " rows but v has ", v.rows());
-  require<ShapeError>(out.rows() == q.rows() && out.cols() == q.cols(), "attention: out is ", out.rows(), "x", out.cols(),
-                      ", expected ", q.rows(), "x", q.cols());
+  require<ShapeError>(out.rows() == q.rows() && out.cols() == std::ptrdiff_t(hq) * dv, "attention: out is ", out.rows(), "x",
+                      out.cols(), ", expected ", q.rows(), "x", hq * dv);
   const int n = int(q.rows()), n_keys = int(k.rows());
   if (n == 0) return;
 
   AttendSpec spec;
   spec.cache_heads = hkv;
   spec.group = hq / hkv;
-  spec.key_dim = spec.value_dim = dh;
+  spec.key_dim = dh;
+  spec.value_dim = dv;
   spec.key_tensor = 0;
   spec.value_tensor = 1;
   spec.scale = heads.scale != 0.0f ? heads.scale : 1.0f / std::sqrt(float(dh));
@@ -60,7 +64,7 @@ void attention(Executor& executor, ConstMatrixRef q, ConstMatrixRef k, ConstMatr
   for (int i = 0; i < n; ++i)
     jobs[std::size_t(i)] = {0, mask == Mask::full ? n_keys : std::clamp(n_keys - n + i + 1, 0, n_keys),
                             q.data() + std::ptrdiff_t(i) * q.outerStride(), out.data() + std::ptrdiff_t(i) * out.outerStride()};
-  executor.template attend<KeyMaskT>(MatrixRows(k, v, hkv, dh), spec, std::span<const QueryJob>(jobs));
+  executor.template attend<KeyMaskT>(MatrixRows(k, v, hkv, dh, dv), spec, std::span<const QueryJob>(jobs));
 }
 
 }  // namespace polyattn

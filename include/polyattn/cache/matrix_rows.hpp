@@ -18,10 +18,11 @@ class MatrixRows {
   /// A token's heads are adjacent in a row, as in Nhd.
   static constexpr bool heads_adjacent = true;
 
-  /// k and v: (tokens, heads * dim), the same number of rows; they must outlive the view.
-  MatrixRows(ConstMatrixRef k, ConstMatrixRef v, int heads, int dim)
+  /// k (tokens, heads * key_dim) and v (tokens, heads * value_dim), the same number of rows;
+  /// they must outlive the view.
+  MatrixRows(ConstMatrixRef k, ConstMatrixRef v, int heads, int key_dim, int value_dim)
       : data_{k.data(), v.data()}, stride_{k.outerStride(), v.outerStride()}, tokens_(int(k.rows())),
-        specs_{TensorSpec{heads, dim}, TensorSpec{heads, dim}} {}
+        specs_{TensorSpec{heads, key_dim}, TensorSpec{heads, value_dim}} {}
 
   int length(int /*seq*/) const { return tokens_; }
   std::span<const TensorSpec> tensors() const { return specs_; }
