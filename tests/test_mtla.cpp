@@ -75,12 +75,56 @@ TEST_CASE_TEMPLATE("Mtla in double: incremental merging equals the parallel stri
     INFO(V::name(), " T = ", T);
     const RowMatrixXf q = random_matrix(T, V::query_width(kShape), rng), lat = random_matrix(T, V::rank, rng);
     const RowMatrixXf kr = random_matrix(T, V::rope_dim, rng);
-    const RowMatrixXd parallel = V::template parallel_attention<double>(kShape, p, q, {lat, kr});
+    const RowMatrixXd parallel = mtla_parallel_oracle<V>(kShape.n_heads, kShape.head_dim, p, q, lat, kr);
     const RowMatrixXd incremental = incremental_f64<V>(kShape, p, q, lat, kr);
     CHECK((parallel - incremental).cwiseAbs().maxCoeff() <= 1e-12);
-    // fp32 parallel path against the double one: rounding only.
-    CHECK(max_abs_diff(V::template parallel_attention<float>(kShape, p, q, {lat, kr}), parallel) <= 1e-5);
   }
+}
+
+/// The parallel form on executor E at T tokens against the paper's, in double. Error: the
+/// absorbed fp32 path's (absorbed_tolerance, derived for latent entries within [-1, 1]) times the
+/// largest merged key entry, since every score and output error scales with the keys' magnitude.
+template <class V, class E>
+void check_parallel_form(E& executor, AttentionShape s, int T, std::mt19937& rng) {
+  const auto p = random_mtla_params<V>(s, rng);
+  const RowMatrixXf q = random_matrix(T, V::query_width(s), rng), lat = random_matrix(T, V::rank, rng);
+  const RowMatrixXf kr = random_matrix(T, V::rope_dim, rng);
+  RowMatrixXf out = RowMatrixXf::Constant(T, V::output_width(s), NAN);
+  mtla_parallel_attention<V>(executor, s, p, q, {lat, kr}, out);
+  const RowMatrixXd expected = mtla_parallel_oracle<V>(s.n_heads, s.head_dim, p, q, lat, kr);
+  const double magnitude = std::max(1.0, double(V::parallel_keys(s, p, {lat, kr}).cwiseAbs().maxCoeff()));
+  const double scale = 1.0 / std::sqrt(double(s.head_dim + V::rope_dim));
+  INFO(V::name(), " T = ", T, " heads ", s.n_heads, " x ", s.head_dim);
+  CHECK(max_abs_diff(out, expected) <= magnitude * absorbed_tolerance(V::rank + V::rope_dim, s.head_dim, V::rank, T, scale));
+}
+
+TEST_CASE_TEMPLATE("Mtla's parallel form on an executor equals the paper's at 1 to 257 tokens", V, MtlaS<1>, MtlaS<2>, MtlaS<3>,
+                   MtlaS<4>, Mtla<36, 3, 6>) {
+  std::mt19937 rng(300 + V::stride);
+  exec::Reference reference;
+  exec::CpuSimd cpu(2);
+  for (int T : {1, 2, 63, 64, 65, 257}) {
+    check_parallel_form<V>(reference, kShape, T, rng);
+    check_parallel_form<V>(cpu, kShape, T, rng);
+  }
+  check_parallel_form<V>(cpu, AttentionShape{8, 64}, 200, rng);  // heads of 64 + RoPE: the block kernel's wide rows
+}
+
+TEST_CASE("Mtla's parallel form refuses mismatched queries and outputs, and writes nothing") {
+  using V = MtlaS<2>;
+  std::mt19937 rng(7);
+  const auto p = random_mtla_params<V>(kShape, rng);
+  const RowMatrixXf lat = random_matrix(5, V::rank, rng), kr = random_matrix(5, V::rope_dim, rng);
+  exec::CpuSimd cpu(1);
+  RowMatrixXf out = RowMatrixXf::Constant(5, V::output_width(kShape), 7.0f);
+  const RowMatrixXf short_q = random_matrix(4, V::query_width(kShape), rng);
+  check_throws_with<ShapeError>([&] { mtla_parallel_attention<V>(cpu, kShape, p, short_q, {lat, kr}, out); }, "q is (4, ");
+  const RowMatrixXf q = random_matrix(5, V::query_width(kShape), rng);
+  RowMatrixXf narrow(5, V::output_width(kShape) - 1);
+  check_throws_with<ShapeError>([&] { mtla_parallel_attention<V>(cpu, kShape, p, q, {lat, kr}, narrow); }, "out is (5, ");
+  const RowMatrixXf short_kr = kr.topRows(4);
+  check_throws_with<ShapeError>([&] { mtla_parallel_attention<V>(cpu, kShape, p, q, {lat, short_kr}, out); }, "but rope_key has 4");
+  CHECK((out.array() == 7.0f).all());
 }
 
 TEST_CASE("Mtla's block cache update is the paper's per-token formula") {
@@ -232,7 +276,7 @@ TEST_CASE_TEMPLATE("Mtla: CpuSimd equals Reference, and a full-mask prefill sees
   for (int i : {0, 17, m - 1}) {
     RowMatrixXf q_in_last = q2;
     q_in_last.row(m - 1) = q2.row(i);
-    const RowMatrixXd parallel = V::template parallel_attention<double>(s, p, q_in_last, {lat2, kr2});
+    const RowMatrixXd parallel = mtla_parallel_oracle<V>(s.n_heads, s.head_dim, p, q_in_last, lat2, kr2);
     INFO("query ", i);
     CHECK(max_abs_diff(out2.row(i), RowMatrixXd(parallel.bottomRows(1))) <= 1e-5);
   }

@@ -4,6 +4,7 @@
 #include "polyattn/attention.hpp"
 #include "polyattn/cache/contiguous.hpp"
 #include "polyattn/cache/paged.hpp"
+#include "polyattn/mtla_parallel.hpp"
 #include "polyattn/uncached_attention.hpp"
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/online_softmax.hpp"

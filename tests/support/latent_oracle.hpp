@@ -1,10 +1,12 @@
-// Test support for the latent variants (Mla, Mtla): random weights with bounded magnitudes, and
-// the non-absorbed computation in double (keys and values expanded per head, then plain softmax
-// attention), written without polyattn's variant code so it checks it.
+// Test support for the latent variants (Mla, Mtla): random weights with bounded magnitudes, the
+// non-absorbed computation in double (keys and values expanded per head, then plain softmax
+// attention) and MTLA's parallel form as the paper writes it, written without polyattn's variant
+// code so they check it.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -61,6 +63,55 @@ inline RowMatrixXd expand_keys(const RowMatrixXf& latent, const RowMatrixXf& key
     k.middleCols(h * qd + nope, part_dim) = key_part.middleCols(per_head_part ? h * part_dim : 0, part_dim).cast<double>();
   }
   return k;
+}
+
+/// MTLA's parallel form as the paper writes it, in double, from V's weights alone (no variant
+/// code): C' = (W o M) C with C = LayerNorm(latent), W = sigmoid(Lin_p(PE of each token's slot)
+/// Lin_c(C)^T) (T x T) and M the chunk mask (same slot, n <= m); then per head, scores
+/// q_m W_uk,h C'_n^T + q^R_m k^R_n^T under the stride-aware causal mask (key n seen from query
+/// m iff n == m, or n < m and (n + 1) % Stride == 0) and output (softmax C') W_uv,h.
+/// q (T, n_heads * (head_dim + RopeDim)), latent (T, Rank), rope_key (T, RopeDim) -> (T, n_heads * head_dim).
+template <class V>
+RowMatrixXd mtla_parallel_oracle(int n_heads, int head_dim, const typename V::Params& p, const RowMatrixXf& q,
+                                 const RowMatrixXf& latent, const RowMatrixXf& rope_key) {
+  constexpr int R = V::rank, S = V::stride, P = V::rope_dim;
+  const int T = int(latent.rows()), qd = head_dim + P;
+  RowMatrixXd c(T, R), pe(T, R);
+  for (int t = 0; t < T; ++t) {
+    const Eigen::RowVectorXd x = latent.row(t).cast<double>();
+    const double mean = x.mean(), var = (x.array() - mean).square().mean();
+    c.row(t) = ((x.array() - mean) / std::sqrt(var + double(p.ln_eps)) * p.ln_gamma.template cast<double>().array() +
+                p.ln_beta.template cast<double>().array())
+                   .matrix();
+    for (int k = 0; k < R / 2; ++k) {
+      const double angle = double(t / S) / std::pow(10000.0, 2.0 * k / R);
+      pe(t, 2 * k) = std::sin(angle);
+      pe(t, 2 * k + 1) = std::cos(angle);
+    }
+  }
+  const RowMatrixXd hp = (pe * p.pos_weight.template cast<double>()).rowwise() + p.pos_bias.template cast<double>();
+  const RowMatrixXd hc = (c * p.latent_weight.template cast<double>()).rowwise() + p.latent_bias.template cast<double>();
+  RowMatrixXd w = (hp * hc.transpose()).unaryExpr([](double x) { return 1.0 / (1.0 + std::exp(-x)); });
+  for (int m = 0; m < T; ++m)
+    for (int n = 0; n < T; ++n)
+      if (!(m / S == n / S && n <= m)) w(m, n) = 0;  // chunk mask
+  const RowMatrixXd merged = w * c;
+  const RowMatrixXd qs = q.cast<double>(), kr = rope_key.cast<double>();
+  const RowMatrixXd uk = p.w_uk.template cast<double>(), uv = p.w_uv.template cast<double>();
+  const double scale = p.scale > 0 ? double(p.scale) : 1.0 / std::sqrt(double(qd));
+  RowMatrixXd out(T, n_heads * head_dim);
+  for (int h = 0; h < n_heads; ++h) {
+    const RowMatrixXd q_lat = qs.middleCols(h * qd, head_dim) * uk.middleCols(h * head_dim, head_dim).transpose();
+    RowMatrixXd scores = (q_lat * merged.transpose() + qs.middleCols(h * qd + head_dim, P) * kr.transpose()) * scale;
+    for (int m = 0; m < T; ++m) {
+      for (int n = 0; n < T; ++n)
+        if (!(n == m || (n < m && (n + 1) % S == 0))) scores(m, n) = -std::numeric_limits<double>::infinity();
+      scores.row(m) = (scores.row(m).array() - scores.row(m).maxCoeff()).exp().matrix();
+      scores.row(m) /= scores.row(m).sum();
+    }
+    out.middleCols(h * head_dim, head_dim) = (scores * merged) * uv.middleCols(h * head_dim, head_dim);
+  }
+  return out;
 }
 
 /// Error bound for the absorbed fp32 path against the double expansion, when q, the latent and the

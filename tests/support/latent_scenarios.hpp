@@ -154,7 +154,7 @@ void mtla_decode_prefill_scenario(AttentionShape s) {
   const auto p = random_mtla_params<V>(s, rng);
   A attn(s, {.max_sequences = 3, .capacity = 16, .poison_unused = true}, p, 2);
   auto parallel_last_rows = [&](const MtlaTokens& t, int n) {
-    const RowMatrixXd all = V::template parallel_attention<double>(s, p, t.q, {t.lat, t.kr});
+    const RowMatrixXd all = mtla_parallel_oracle<V>(s.n_heads, s.head_dim, p, t.q, t.lat, t.kr);
     return RowMatrixXd(all.bottomRows(n));
   };
   auto fresh = [&](int n) {

@@ -11,11 +11,12 @@
 //   otherwise:       accumulate:    c^_j += w_i c_i
 //   the slot's RoPE key is always the newest token's: k^R_j = k^R_i
 // A query at token i sees every full slot before j and slot j as it is after token i (partly
-// merged unless i closes it). `parallel_attention` is the training/prefill form: C' = (W o M) C
-// with W = sigmoid(Lin_p(PE_rep) Lin_c(C)ᵀ) (T x T) and the chunk mask M, then attention over T
-// keys under the stride-aware causal mask (key n visible from query m iff n == m, or n < m and
-// (n + 1) % Stride == 0). The two agree for every Stride, 1 included (the reference code tests
-// `T % s != 1` with a 1-based T to decide "accumulate", which never opens a slot when s = 1).
+// merged unless i closes it). The parallel form (training/prefill; `parallel_keys` and
+// mtla_parallel.hpp) is C' = (W o M) C with W = sigmoid(Lin_p(PE_rep) Lin_c(C)ᵀ) (T x T) and the
+// chunk mask M, then attention over T keys under the stride-aware causal mask (key n visible
+// from query m iff n == m, or n < m and (n + 1) % Stride == 0). The two agree for every Stride,
+// 1 included (the reference code tests `T % s != 1` with a 1-based T to decide "accumulate",
+// which never opens a slot when s = 1).
 //
 // Reference-code names: its HyperNetwork applies `fc_c` to PE and `fc_p` to the latent, the
 // other way round from the letters here; pos_weight = fc_c.weightᵀ, latent_weight = fc_p.weightᵀ.
@@ -23,8 +24,6 @@
 
 #include <cmath>
 #include <cstddef>
-#include <algorithm>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -168,16 +167,14 @@ struct Mtla : VariantBase {
     return Scalar(1) / (Scalar(1) + std::exp(-hp.dot(hc)));
   }
 
-  // ---- incremental cache update --------------------------------------------------------------
+  // ---- the merge, shared by the cache update and the parallel form ----------------------------
 
-  /// Merges tokens pos, pos + 1, ... (rows [first_row, first_row + n)) into their slots; the
-  /// slots exist (Attention grew the store to ceil((pos + n) / Stride) rows). The hyper-network
-  /// runs once for the block (in double): Lin_c over the n latents, Lin_p over the slots touched.
-  /// `open_row` (Rank doubles, the sequence's own) holds the unrounded sum of the slot being
-  /// filled: each merge adds to it and the row is written from it, rounded to T once.
-  template <class Store>
-  static void write_rows(Store& store, int seq, int pos, AttentionShape, const Params& p, const Rows& r, int first_row, int n,
-                         double* open_row) {
+  /// Merges tokens pos, pos + 1, ... (latent rows [first_row, first_row + n)) into their slots,
+  /// calling emit(i, slot) once token pos + i is in: `open_row` (Rank doubles) then holds its
+  /// slot's unrounded sum, c^_slot as it stands after that token. The hyper-network runs once for
+  /// the block (in double): Lin_c over the n latents, Lin_p over the slots touched.
+  template <class Emit>
+  static void merge_tokens(const Params& p, const Rows& r, int pos, int first_row, int n, double* open_row, Emit&& emit) {
     if (n <= 0) return;
     using Mat = RowMatrix<double>;
     const int first_slot = pos / Stride, slots = (pos + n - 1) / Stride - first_slot + 1;
@@ -189,11 +186,25 @@ struct Mtla : VariantBase {
     for (int i = 0; i < n; ++i) {
       const int token = pos + i, slot = token / Stride;
       const double w = 1.0 / (1.0 + std::exp(-hp.row(slot - first_slot).dot(hc.row(i))));
-      auto* row = store.row(0, seq, slot, 0);
       for (int k = 0; k < Rank; ++k) open_row[k] = token % Stride == 0 ? w * c(i, k) : open_row[k] + w * c(i, k);
+      emit(i, slot);
+    }
+  }
+
+  // ---- incremental cache update --------------------------------------------------------------
+
+  /// Merges tokens pos, pos + 1, ... (rows [first_row, first_row + n)) into their slots; the
+  /// slots exist (Attention grew the store to ceil((pos + n) / Stride) rows). `open_row` (Rank
+  /// doubles, the sequence's own) holds the unrounded sum of the slot being filled: each merge
+  /// adds to it and the row is written from it, rounded to T once.
+  template <class Store>
+  static void write_rows(Store& store, int seq, int pos, AttentionShape, const Params& p, const Rows& r, int first_row, int n,
+                         double* open_row) {
+    merge_tokens(p, r, pos, first_row, n, open_row, [&](int i, int slot) {
+      auto* row = store.row(0, seq, slot, 0);
       encode_row(row, open_row, Rank);  // the merged row, rounded once from its double sum
       encode_row(row + Rank, r.rope_key.row(first_row + i).data(), RopeDim);
-    }
+    });
   }
 
   static void prepare_queries(AttentionShape s, const Params& p, ConstMatrixRef q, RowMatrixXf& absorbed) {
@@ -203,50 +214,25 @@ struct Mtla : VariantBase {
     Absorb::finish_outputs(s, p.w_uv, Eigen::RowVectorXf(), attended, out);
   }
 
-  // ---- the parallel (training / prefill) path -------------------------------------------------
+  // ---- the parallel (training / prefill) form -------------------------------------------------
 
-  /// Causal self-attention of T tokens, all at once, as the paper trains it: q (T, query_width),
-  /// rows for the same T tokens (positions 0..T-1); returns (T, n_heads * head_dim). O(T^2 Rank).
-  template <class Scalar = double>
-  static RowMatrix<Scalar> parallel_attention(AttentionShape s, const Params& p, ConstMatrixRef q, const Rows& r) {
-    using Mat = RowMatrix<Scalar>;
+  /// The keys of the parallel form, one per token (positions 0..T-1): row m = [c^ of m's slot as
+  /// it stands after token m (C' = (W o M) C, merged in double and rounded to float once) | k^R_m],
+  /// (T, Rank + RopeDim). Attention over them under StrideMask, with the values their first Rank
+  /// columns, is the whole form (mtla_parallel.hpp runs it on an executor). W o M is nonzero only
+  /// inside a slot and its row m, column n <= m is w_n (Lin_p sees the slot, which m and n share),
+  /// so C' is the running merge of the cache update: O(T Rank), not a T x T product.
+  static RowMatrixXf parallel_keys(AttentionShape s, const Params& p, const Rows& r) {
     validate(s, p);
     check_rows(s, p, r);
-    const int T = int(r.latent.rows()), d = s.head_dim, qd = query_head_dim(s);
-    require<ShapeError>(q.rows() == T && q.cols() == query_width(s), name(), ": q is (", q.rows(), ", ", q.cols(), "), expected (",
-                        T, ", ", query_width(s), ")");
-    Mat c(T, Rank), pe(T, Rank);
-    for (int t = 0; t < T; ++t) {
-      c.row(t) = layer_norm<Scalar>(p, r.latent.row(t));
-      pe.row(t) = positional_encoding<Scalar>(t / Stride);  // PE of the slot, repeated Stride times
-    }
-    const Mat hp = (pe * p.pos_weight.template cast<Scalar>()).rowwise() + p.pos_bias.template cast<Scalar>();
-    const Mat hc = (c * p.latent_weight.template cast<Scalar>()).rowwise() + p.latent_bias.template cast<Scalar>();
-    Mat w = (hp * hc.transpose()).unaryExpr([](Scalar x) { return Scalar(1) / (Scalar(1) + std::exp(-x)); });  // (T, T)
-    for (int m = 0; m < T; ++m)
-      for (int n = 0; n < T; ++n)
-        if (!(m / Stride == n / Stride && n <= m)) w(m, n) = Scalar(0);  // chunk mask
-    const Mat c_merged = w * c;                                         // C': row m = slot m/Stride after token m
-    const Mat k_rope = r.rope_key.template cast<Scalar>();
-    const Mat qs = q.template cast<Scalar>();
-    const Mat w_uk = p.w_uk.template cast<Scalar>(), w_uv = p.w_uv.template cast<Scalar>();
-    const Scalar scale = Scalar(Absorb::softmax_scale(s, p.scale));
-    Mat out(T, s.n_heads * d);
-    for (int h = 0; h < s.n_heads; ++h) {
-      const Mat q_lat = qs.middleCols(h * qd, d) * w_uk.middleCols(h * d, d).transpose();
-      Mat scores = (q_lat * c_merged.transpose() + qs.middleCols(h * qd + d, RopeDim) * k_rope.transpose()) * scale;
-      for (int m = 0; m < T; ++m) {
-        Scalar top = -std::numeric_limits<Scalar>::infinity();
-        for (int n = 0; n < T; ++n) {
-          if (n > m || !StrideMask::keeps(QueryJob{0, m + 1}, n)) scores(m, n) = -std::numeric_limits<Scalar>::infinity();
-          top = std::max(top, scores(m, n));
-        }
-        scores.row(m) = (scores.row(m).array() - top).exp().matrix();
-        scores.row(m) /= scores.row(m).sum();
-      }
-      out.middleCols(h * d, d) = (scores * c_merged) * w_uv.middleCols(h * d, d);
-    }
-    return out;
+    const int T = int(r.latent.rows());
+    RowMatrixXf keys(T, Rank + RopeDim);
+    std::vector<double> open_row(static_cast<std::size_t>(Rank));
+    merge_tokens(p, r, 0, 0, T, open_row.data(), [&](int i, int) {
+      encode_row(keys.row(i).data(), open_row.data(), Rank);
+      keys.row(i).tail(RopeDim) = r.rope_key.row(i);
+    });
+    return keys;
   }
 };
 
