@@ -32,18 +32,26 @@ inline RowMatrixXf encode(const WhisperWeights& w, const RowMatrixXf& mel, Dense
   x = dense.conv1d_k3(x, w.conv2_w, w.conv2_b, 2);  // (1500, d)
   gelu_inplace(x);
   x += w.encoder_positions;
+  // The MLP acts on each row alone, so it runs on blocks of rows: its hidden state, the
+  // encoder's largest activation (1500 x 4d floats, 9.2 MB for tiny), is never whole. One set of
+  // block buffers serves every block and layer, so a block allocates nothing; its sums are those
+  // of a fresh matrix's (the same rows, row stride and alignment).
+  const Eigen::Index block = std::min(kEncoderMlpRows, x.rows());
+  RowMatrixXf normed(block, x.cols()), hidden(block, w.encoder.empty() ? 0 : w.encoder.front().fc1.out_features()),
+      mlp_out(block, x.cols());
   for (const EncoderBlock& b : w.encoder) {
     {  // qkv (1500, 3d) is freed before the MLP
       const RowMatrixXf qkv = dense.linear(layer_norm(x, b.attn_ln), b.qkv);
       x += dense.linear(dense.bidirectional_attention(qkv, d.n_audio_head), b.attn_out);
     }
-    // The MLP acts on each row alone, so it runs on blocks of rows: its hidden state, the
-    // encoder's largest activation (1500 x 4d floats, 9.2 MB for tiny), is never whole.
     for (Eigen::Index first = 0; first < x.rows(); first += kEncoderMlpRows) {
-      auto rows = x.middleRows(first, std::min(kEncoderMlpRows, x.rows() - first));
-      RowMatrixXf hidden = dense.linear(layer_norm(rows, b.mlp_ln), b.fc1);
-      gelu_inplace(hidden);
-      rows += dense.linear(hidden, b.fc2);
+      const Eigen::Index n = std::min(kEncoderMlpRows, x.rows() - first);
+      auto rows = x.middleRows(first, n);
+      layer_norm_into(rows, b.mlp_ln, normed.topRows(n));
+      dense.linear_into(normed.topRows(n), b.fc1, hidden.topRows(n));
+      gelu_inplace(hidden.topRows(n));
+      dense.linear_into(hidden.topRows(n), b.fc2, mlp_out.topRows(n));
+      rows += mlp_out.topRows(n);
     }
   }
   return layer_norm(x, w.encoder_ln);

@@ -34,9 +34,8 @@ struct LayerNorm {
   float eps = 1e-5f;
 };
 
-// Normalises each row of x: (n, d).
-inline RowMatrixXf layer_norm(const Eigen::Ref<const RowMatrixXf>& x, const LayerNorm& ln) {
-  RowMatrixXf y(x.rows(), x.cols());
+// Normalises each row of x: (n, d), into y (n, d), any row stride.
+inline void layer_norm_into(const Eigen::Ref<const RowMatrixXf>& x, const LayerNorm& ln, Eigen::Ref<RowMatrixXf> y) {
   const float inv_d = 1.0f / static_cast<float>(x.cols());
   for (Eigen::Index i = 0; i < x.rows(); ++i) {
     const auto row = x.row(i).array();
@@ -44,11 +43,15 @@ inline RowMatrixXf layer_norm(const Eigen::Ref<const RowMatrixXf>& x, const Laye
     const float var = (row - mean).square().sum() * inv_d;
     y.row(i) = ((row - mean) * (1.0f / std::sqrt(var + ln.eps))).matrix().cwiseProduct(ln.gamma) + ln.beta;
   }
+}
+inline RowMatrixXf layer_norm(const Eigen::Ref<const RowMatrixXf>& x, const LayerNorm& ln) {
+  RowMatrixXf y(x.rows(), x.cols());
+  layer_norm_into(x, ln, y);
   return y;
 }
 
-// Exact (erf) GELU, torch.nn.GELU's default, in place.
-inline void gelu_inplace(RowMatrixXf& x) {
+// Exact (erf) GELU, torch.nn.GELU's default, in place (any row stride).
+inline void gelu_inplace(Eigen::Ref<RowMatrixXf> x) {
   x.array() = 0.5f * x.array() * (1.0f + (x.array() * static_cast<float>(M_SQRT1_2)).erf());
 }
 
