@@ -10,7 +10,10 @@
 // the absorbed queries as one shared head (MQA-like, G = n_heads), with the values the latent
 // part of the same rows. The stride-aware causal mask (Mtla::StrideMask) is a key mask, so the
 // executor's tile loop applies it (core/key_mask.hpp): CpuSimd runs the query-block kernel.
-// Row m equals what Attention<Mtla...> returns for token m decoded after the tokens before it.
+// Row m equals, up to the order of the sums, what Attention<Mtla...> returns for token m decoded
+// after the tokens before it: the keys are the same floats, rounded once from the same double
+// sums. A dispatched CPU executor (exec/cpu/dispatch_cpu_simd.hpp) needs its kernels for the pair
+// POLYATTN_CPU_KERNELS_FOR(Arch, V::StrideMask, MatrixRows).
 #pragma once
 
 #include "polyattn/core/matrix.hpp"

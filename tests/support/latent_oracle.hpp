@@ -71,9 +71,10 @@ inline RowMatrixXd expand_keys(const RowMatrixXf& latent, const RowMatrixXf& key
 /// q_m W_uk,h C'_n^T + q^R_m k^R_n^T under the stride-aware causal mask (key n seen from query
 /// m iff n == m, or n < m and (n + 1) % Stride == 0) and output (softmax C') W_uv,h.
 /// q (T, n_heads * (head_dim + RopeDim)), latent (T, Rank), rope_key (T, RopeDim) -> (T, n_heads * head_dim).
+/// `merged_max`, when given, receives max |C'|: the largest latent entry of any key.
 template <class V>
 RowMatrixXd mtla_parallel_oracle(int n_heads, int head_dim, const typename V::Params& p, const RowMatrixXf& q,
-                                 const RowMatrixXf& latent, const RowMatrixXf& rope_key) {
+                                 const RowMatrixXf& latent, const RowMatrixXf& rope_key, double* merged_max = nullptr) {
   constexpr int R = V::rank, S = V::stride, P = V::rope_dim;
   const int T = int(latent.rows()), qd = head_dim + P;
   RowMatrixXd c(T, R), pe(T, R);
@@ -96,6 +97,7 @@ RowMatrixXd mtla_parallel_oracle(int n_heads, int head_dim, const typename V::Pa
     for (int n = 0; n < T; ++n)
       if (!(m / S == n / S && n <= m)) w(m, n) = 0;  // chunk mask
   const RowMatrixXd merged = w * c;
+  if (merged_max) *merged_max = T > 0 ? merged.cwiseAbs().maxCoeff() : 0.0;
   const RowMatrixXd qs = q.cast<double>(), kr = rope_key.cast<double>();
   const RowMatrixXd uk = p.w_uk.template cast<double>(), uv = p.w_uv.template cast<double>();
   const double scale = p.scale > 0 ? double(p.scale) : 1.0 / std::sqrt(double(qd));
@@ -120,11 +122,13 @@ RowMatrixXd mtla_parallel_oracle(int n_heads, int head_dim, const typename V::Pa
 /// (error <= nope eps), which reach the score through a `rank`-term dot with |c| <= 1, and the
 /// score itself is a `key_dim`-term SIMD dot (see fp32_attention_tolerance); times `scale`. A score
 /// error ds moves the softmax output by 2 ds; the latent average adds `tokens` roundings, and the
-/// final W_uv product `rank` more.
-inline double absorbed_tolerance(int key_dim, int nope, int rank, int tokens, double scale) {
-  const double eps = 0x1p-24;
+/// final W_uv product `rank` more. When the latent entries reach `magnitude` M >= 1 instead of 1
+/// (MTLA's merged slots), a score error grows to M ds and moves an output of values up to M by
+/// 2 M ds M, and the two roundings grow by M.
+inline double absorbed_tolerance(int key_dim, int nope, int rank, int tokens, double scale, double magnitude = 1.0) {
+  const double eps = 0x1p-24, m = magnitude;
   const double ds = scale * eps * ((key_dim / 8.0 + 16) * key_dim + double(rank) * nope);
-  return 2 * ds + 2 * eps * (tokens + 8) + eps * (rank + 8);
+  return 2 * ds * m * m + m * (2 * eps * (tokens + 8) + eps * (rank + 8));
 }
 
 }  // namespace polyattn::testing
