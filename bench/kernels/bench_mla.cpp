@@ -6,6 +6,9 @@
 //   key dims, i.e. 2 frequency pairs per head).
 // L = 1500, 4096, 16384 cached tokens, batch 1, 16, 64; CpuSimd with every core. One step is
 // `attend` over the whole cache (the per-token cache write is left out, as in bench_decode).
+// Also MTLA's causal prefill of T fresh tokens (paper shape) both ways: through Attention, which
+// runs it one token at a time so each query sees its slot as decode would, and as the parallel
+// form (mtla_parallel.hpp), one uncached attention over a key per token under the stride mask.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -48,6 +51,35 @@ void BM_LatentDecode(benchmark::State& state) {
   state.counters["cache_B_per_row"] = double(A::cache_bytes_per_row(shape));
 }
 
+/// args: T tokens, prefilled from position 0 (8 heads x 64, Mtla<256, S, 32>).
+template <int S, bool Parallel>
+void BM_MtlaPrefill(benchmark::State& state) {
+  using V = MtlaPaper<S>;
+  using A = Attention<V, Nhd, exec::CpuSimd>;
+  const AttentionShape shape{8, 64};
+  const int tokens = int(state.range(0));
+  std::mt19937 rng(42);
+  const auto params = Inputs<V>::params(shape, rng);
+  const RowMatrixXf q = uniform(tokens, V::query_width(shape), rng), latent = uniform(tokens, V::rank, rng);
+  const RowMatrixXf rope = uniform(tokens, V::rope_dim, rng);
+  RowMatrixXf out(tokens, V::output_width(shape));
+  exec::CpuSimd cpu;
+  A attn(shape, {.max_sequences = 1, .capacity = A::cache_rows_for(tokens)}, params, 0);
+  for (auto _ : state) {
+    if constexpr (Parallel) {
+      mtla_parallel_attention<V>(cpu, shape, params, q, {latent, rope}, out);
+    } else {
+      const int seq = attn.open_sequence();
+      attn.prefill(seq, q, {latent, rope}, Mask::causal, out);
+      attn.close_sequence(seq);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+void PrefillLengths(benchmark::internal::Benchmark* b) {
+  b->Arg(448)->Arg(1500)->ArgName("T")->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
 void Shapes(benchmark::internal::Benchmark* b, int heads) {
   for (int length : {1500, 4096, 16384})
     for (int batch : {1, 16, 64}) b->Args({heads, length, batch});
@@ -70,5 +102,9 @@ BENCHMARK(BM_LatentDecode<MtlaPaper<3>>)->Apply(PaperShape);
 BENCHMARK(BM_LatentDecode<MtlaPaper<4>>)->Apply(PaperShape);
 BENCHMARK(BM_LatentDecode<polyattn::Mha>)->Apply(WhisperSmallShape);
 BENCHMARK(BM_LatentDecode<WhisperMla>)->Apply(WhisperSmallShape);
+BENCHMARK(BM_MtlaPrefill<2, false>)->Apply(PrefillLengths);
+BENCHMARK(BM_MtlaPrefill<2, true>)->Apply(PrefillLengths);
+BENCHMARK(BM_MtlaPrefill<4, false>)->Apply(PrefillLengths);
+BENCHMARK(BM_MtlaPrefill<4, true>)->Apply(PrefillLengths);
 
 BENCHMARK_MAIN();
