@@ -221,6 +221,9 @@ TEST_SUITE("model") {
   TEST_CASE("empty audio: one window") {
     const std::string dir = whisper_test::model_dir();
     if (!whisper_test::have_file(dir + "/model.bin")) return;
+    // A real window takes about 20 s under the sanitizers; there the synthetic model's several
+    // files (longform suite) decode a file without audio instead (sanitizer_subset.hpp).
+    if (whisper_test::kSanitizerSubset) return;
     const WhisperModel model = WhisperModel::load_ct2(dir);
     const Transcript silence = model.transcribe(std::vector<float>{});
     CHECK(silence.windows == 1);
@@ -593,11 +596,12 @@ TEST_SUITE("longform") {
 
     // Several files: each gets the segments it gets alone (a file without audio none), one window
     // at a time or all at once; at batch 1 one spectrogram is held at a time.
-    const std::vector<std::vector<float>> files{std::vector<float>(16000 * 8, 0.0f), {}, std::vector<float>(16000 * 3, 0.0f)};
+    // 4 s (two windows, as above), none, 3 s.
+    const std::vector<std::vector<float>> files{std::vector<float>(16000 * 4, 0.0f), {}, std::vector<float>(16000 * 3, 0.0f)};
     std::vector<Transcript> alone;
     for (const std::vector<float>& f : files)
       alone.push_back(model.transcribe(std::span<const std::vector<float>>(&f, 1), {.batch = 1, .threads = 1, .timestamps = true}).files.front());
-    CHECK(alone[0].segments.size() == 4);
+    CHECK(alone[0].segments.size() == 2);
     CHECK(alone[1].segments.empty());
     CHECK(!alone[2].segments.empty());
     for (const auto& [batch_size, held] : {std::pair{1, 1}, {3, 2}}) {
