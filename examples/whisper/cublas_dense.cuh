@@ -143,12 +143,12 @@ class CublasDense final : public Dense {
   }
   void logits(ConstMatrixRef x, const WeightMatrix& e, MatrixRef y) override { affine(x, e.as_float(), nullptr, y); }
 
-  RowMatrixXf bidirectional_attention(const RowMatrixXf& qkv, int n_heads) override {
+  void bidirectional_attention_into(ConstMatrixRef qkv, int n_heads, MatrixRef out) override {
     check_attention_input(qkv, n_heads);
+    check_attention_output(qkv, out);
     const int n = checked_int(qkv.rows(), "frames"), width = checked_int(qkv.cols(), "qkv width");
     const int d = width / 3;
-    RowMatrixXf out(n, d);
-    if (n == 0) return out;
+    if (n == 0) return;
     const float* d_qkv = upload(qkv, x_);
     scores_.reserve(std::size_t(n_heads) * std::size_t(n) * std::size_t(n));
     y_.reserve(std::size_t(n) * std::size_t(d));
@@ -159,7 +159,6 @@ class CublasDense final : public Dense {
     exec::cuda::check_launch("softmax_rows");
     run(outputs_call(n, d, n_heads), d_qkv, scores_.data(), y_.data(), "outputs");
     download(y_.data(), out);
-    return out;
   }
 
  private:

@@ -19,7 +19,7 @@
 //   logits(x, E, y)                  y (n, n_vocab) = x (n, d) E^T with E the tied token embedding
 //                                    (a WeightMatrix): on the CPU streamed for the few rows of a
 //                                    decoding step (WeightMatrix::project_streamed).
-//   bidirectional_attention(qkv, h)  the encoder's unmasked self-attention, (n, 3d) -> (n, d):
+//   bidirectional_attention_into(qkv, h, out)  the encoder's unmasked self-attention, (n, 3d) -> (n, d):
 //                                    polyattn's uncached attention on CpuSimd unless the engine
 //                                    runs it elsewhere (CublasDense, on its device).
 //
@@ -51,7 +51,7 @@ using polyattn::ConstMatrixRef;
 using polyattn::MatrixRef;
 
 // qkv must be (n, 3d) with d a multiple of n_heads.
-inline void check_attention_input(const RowMatrixXf& qkv, int n_heads) {
+inline void check_attention_input(ConstMatrixRef qkv, int n_heads) {
   const Eigen::Index d = qkv.cols() / 3;
   if (n_heads <= 0 || d % n_heads != 0 || qkv.cols() != 3 * d)
     throw ModelError("bidirectional_attention: qkv has " + std::to_string(qkv.cols()) + " columns, not 3 x a multiple of " +
@@ -79,13 +79,19 @@ class Dense {
   // qkv: (n, 3d) = [q | k | v], heads adjacent in each; returns (n, d). Bidirectional over the
   // 1500 frames of a window, nothing cached: the library's uncached attention, whose query
   // blocks keep the scores in L1 (exec/cpu/attend_block.hpp), on as many threads as Eigen's GEMMs.
-  virtual RowMatrixXf bidirectional_attention(const RowMatrixXf& qkv, int n_heads) {
+  // Into a preallocated (n, d) block `out`.
+  virtual void bidirectional_attention_into(ConstMatrixRef qkv, int n_heads, MatrixRef out) {
     check_attention_input(qkv, n_heads);
     const Eigen::Index d = qkv.cols() / 3;
+    check_attention_output(qkv, out);
     if (!cpu_ || cpu_->threads() != Eigen::nbThreads()) cpu_ = std::make_unique<exec::CpuSimd>(Eigen::nbThreads());
-    RowMatrixXf out(qkv.rows(), d);
     const int head_dim = int(d / n_heads);
     polyattn::attention(*cpu_, qkv.leftCols(d), qkv.middleCols(d, d), qkv.rightCols(d), {n_heads, n_heads, head_dim}, Mask::full, out);
+  }
+  RowMatrixXf bidirectional_attention(ConstMatrixRef qkv, int n_heads) {
+    check_attention_input(qkv, n_heads);
+    RowMatrixXf out(qkv.rows(), qkv.cols() / 3);
+    bidirectional_attention_into(qkv, n_heads, out);
     return out;
   }
 
@@ -107,11 +113,16 @@ class Dense {
   }
   // Conv1d with kernel 3, padding 1, as one product over im2col rows (layers.hpp conv1d_k3).
   RowMatrixXf conv1d_k3(ConstMatrixRef x, const RowMatrixXf& weight, const RowVectorXf& bias, int stride) {
-    const RowMatrixXf cols = im2col_k3(x, weight, stride);
-    RowMatrixXf y(cols.rows(), weight.rows());
+    RowMatrixXf cols(conv_k3_out_rows(x.rows(), stride), 3 * x.cols()), y(cols.rows(), weight.rows());
+    conv1d_k3_into(x, weight, bias, stride, cols, y);
+    return y;
+  }
+  // The same with the im2col rows in a preallocated (T_out, 3 * C_in) block `cols`, into a
+  // preallocated (T_out, C_out) block `y`.
+  void conv1d_k3_into(ConstMatrixRef x, const RowMatrixXf& weight, const RowVectorXf& bias, int stride, MatrixRef cols, MatrixRef y) {
+    im2col_k3_into(x, weight, stride, cols);
     check_shapes(cols, weight.rows(), weight.cols(), &bias, y);
     affine(cols, weight, &bias, y);
-    return y;
   }
   // x: (n, d) -> (n, n_vocab) = x E^T, the tied output projection (the logits).
   RowMatrixXf project(ConstMatrixRef x, const WeightMatrix& e) {
@@ -136,6 +147,11 @@ class Dense {
                   std::to_string(y.cols()) + ")");
     if (bias && bias->size() != w_rows)
       throw Error("dense: bias of " + std::to_string(bias->size()) + " for " + std::to_string(w_rows) + " outputs");
+  }
+  static void check_attention_output(ConstMatrixRef qkv, ConstMatrixRef out) {
+    if (out.rows() != qkv.rows() || out.cols() != qkv.cols() / 3)
+      throw Error("bidirectional_attention: output is " + std::to_string(out.rows()) + "x" + std::to_string(out.cols()) + " for qkv " +
+                  std::to_string(qkv.rows()) + "x" + std::to_string(qkv.cols()));
   }
 
  private:

@@ -59,18 +59,31 @@ inline void gelu_inplace(Eigen::Ref<RowMatrixXf> x) {
 // x (T_in, C_in) time-major -> (T_out, 3 * C_in), T_out = (T_in - 1) / stride + 1, row t =
 // [x[t*s - 1], x[t*s], x[t*s + 1]] (zeros outside). `weight` (C_out, 3 * C_in), column
 // k * C_in + c holding PyTorch's weight[o][c][k] (conv_weight_k_major), is only checked here.
-inline RowMatrixXf im2col_k3(const Eigen::Ref<const RowMatrixXf>& x, const RowMatrixXf& weight, int stride) {
+inline Eigen::Index conv_k3_out_rows(Eigen::Index t_in, int stride) { return t_in == 0 ? 0 : (t_in - 1) / stride + 1; }
+
+// The same into a preallocated (T_out, 3 * C_in) block.
+inline void im2col_k3_into(const Eigen::Ref<const RowMatrixXf>& x, const RowMatrixXf& weight, int stride, Eigen::Ref<RowMatrixXf> cols) {
   const Eigen::Index t_in = x.rows(), c_in = x.cols();
   if (weight.cols() != 3 * c_in)
     throw ModelError("conv1d_k3: weight has " + std::to_string(weight.cols()) + " columns, expected 3 x " +
                      std::to_string(c_in) + " input channels");
-  const Eigen::Index t_out = t_in == 0 ? 0 : (t_in - 1) / stride + 1;
-  RowMatrixXf cols = RowMatrixXf::Zero(t_out, 3 * c_in);
+  const Eigen::Index t_out = conv_k3_out_rows(t_in, stride);
+  if (cols.rows() != t_out || cols.cols() != 3 * c_in)
+    throw Error("conv1d_k3: im2col block is " + std::to_string(cols.rows()) + "x" + std::to_string(cols.cols()) + ", expected " +
+                std::to_string(t_out) + "x" + std::to_string(3 * c_in));
   for (Eigen::Index t = 0; t < t_out; ++t)
     for (Eigen::Index k = 0; k < 3; ++k) {
       const Eigen::Index src = t * stride + k - 1;
-      if (src >= 0 && src < t_in) cols.block(t, k * c_in, 1, c_in) = x.row(src);
+      if (src >= 0 && src < t_in)
+        cols.block(t, k * c_in, 1, c_in) = x.row(src);
+      else
+        cols.block(t, k * c_in, 1, c_in).setZero();
     }
+}
+
+inline RowMatrixXf im2col_k3(const Eigen::Ref<const RowMatrixXf>& x, const RowMatrixXf& weight, int stride) {
+  RowMatrixXf cols(conv_k3_out_rows(x.rows(), stride), 3 * x.cols());
+  im2col_k3_into(x, weight, stride, cols);
   return cols;
 }
 

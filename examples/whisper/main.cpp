@@ -16,6 +16,9 @@
 #include <string>
 #include <vector>
 
+#if defined(__GLIBC__)
+#include <malloc.h>  // mallopt
+#endif
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -140,6 +143,16 @@ void print_cache(const char* what, const std::string& policy, const pw::CacheUse
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(__GLIBC__)
+  // Blocks from 512 KiB up are mapped and unmapped, never carved from the heap. glibc's default
+  // raises that threshold to the largest block it has seen freed, after which a file's samples
+  // and spectrogram and the encoder's buffers came from the heap between the decoder's long-lived
+  // blocks and fragmented it: from a list's second file on, the peak stood 10-20 MiB above the
+  // live bytes (examples/whisper/README.md). The trim threshold is fixed with it (setting one
+  // turns off both dynamic ones): transcribe() trims after each window's encoder itself.
+  mallopt(M_MMAP_THRESHOLD, 512 * 1024);
+  mallopt(M_TRIM_THRESHOLD, 16 * 1024 * 1024);
+#endif
   std::string model_path, device = "cpu", self, cross = "baseline";
   std::vector<std::string> audio;
   int threads = 0, batch = 16, beam_size = 5;

@@ -132,9 +132,13 @@ class WeightMatrix {
     if (!is_half_) return project_float(x, float_, y, product, threads);
     if (y.size() == 0) return;
     for_each_panel(rows(), x.rows(), threads, [&](Eigen::Index first, Eigen::Index n) {
-      thread_local RowMatrixXf panel;  // (panel rows, cols): reused by every call on this thread
-      panel.resize(n, cols());
-      half_to_float(half_.data() + first * cols(), n * cols(), panel.data());
+      // (panel rows, cols) in a buffer that only grows, reused by every call on this thread: a
+      // decoding step's fc1 and fc2 panels (128 x 384 and 128 x 1536 floats in tiny) differ in
+      // size, and resizing one matrix to each made and freed a 768 KiB block twice a step.
+      thread_local Eigen::VectorXf scratch;
+      if (scratch.size() < n * cols()) scratch.resize(n * cols());
+      const Eigen::Map<RowMatrixXf> panel(scratch.data(), n, cols());
+      half_to_float(half_.data() + first * cols(), n * cols(), scratch.data());
       product(x, panel, y.middleCols(first, n));
     });
   }

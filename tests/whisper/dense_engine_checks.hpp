@@ -183,6 +183,36 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
     }
   }
 
+  SUBCASE("conv1d_k3_into and bidirectional_attention_into: into reused NaN-filled blocks of any row stride, as the allocating forms") {
+    // The encoder reuses one block for every window (encoder.hpp): what a call leaves unwritten
+    // (im2col's zero padding at both ends) would read the last window's values; NaN shows it.
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const int t_in = 9, c_in = 4, c_out = 5;
+    std::vector<float> w_pt(c_out * c_in * 3);
+    for (auto& v : w_pt) v = rng.normal_ish();
+    const RowMatrixXf x = random_matrix(rng, t_in, c_in);
+    const RowMatrixXf weight = polyattn::whisper::conv_weight_k_major(w_pt.data(), c_out, c_in);
+    const RowVectorXf bias = random_matrix(rng, 1, c_out);
+    for (int stride : {1, 2}) {
+      const Eigen::Index t_out = (t_in - 1) / stride + 1;
+      RowMatrixXf cols = RowMatrixXf::Constant(t_out, 3 * c_in + 2, nan), y = RowMatrixXf::Constant(t_out, c_out + 3, nan);
+      engine.conv1d_k3_into(x, weight, bias, stride, cols.leftCols(3 * c_in), y.leftCols(c_out));
+      CHECK(y.leftCols(c_out) == engine.conv1d_k3(x, weight, bias, stride));
+      CHECK(y.rightCols(3).array().isNaN().all());
+      RowMatrixXf short_cols(t_out + 1, 3 * c_in);
+      CHECK_THROWS_WITH_AS(engine.conv1d_k3_into(x, weight, bias, stride, short_cols, y.leftCols(c_out)), doctest::Contains("im2col block"),
+                           polyattn::whisper::Error);
+    }
+    const int heads = 2, dh = 8, d = heads * dh;
+    const RowMatrixXf qkv = random_matrix(rng, 21, 3 * d);
+    RowMatrixXf out = RowMatrixXf::Constant(21, d + 4, nan);
+    engine.bidirectional_attention_into(qkv, heads, out.leftCols(d));
+    CHECK(out.leftCols(d) == engine.bidirectional_attention(qkv, heads));
+    CHECK(out.rightCols(4).array().isNaN().all());
+    CHECK_THROWS_WITH_AS(engine.bidirectional_attention_into(qkv, heads, out.leftCols(d - 1)), doctest::Contains("output is 21x15"),
+                         polyattn::whisper::Error);
+  }
+
   SUBCASE("bad shapes throw and name the sizes") {
     const Linear l{random_matrix(rng, 4, 3), random_matrix(rng, 1, 4)};
     RowMatrixXf y(2, 4);
