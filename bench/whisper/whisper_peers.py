@@ -22,8 +22,9 @@ decoder runs over its decode + batch-decode + prompt times (its cross K/V projec
 encode time).
 
 Clips: ../shared/data/jfk.wav (11 s); jfk.wav six times with 1 s of silence between (71 s,
-written under build/); a batch of 16 jfk.wav (polyattn: one process decoding them as one batch;
-CTranslate2: one process decoding them one after another).
+written under build/); a batch of 16 jfk.wav (polyattn: one process decoding them as one batch, and with --batch 1
+one window after another; CTranslate2 and whisper.cpp: one process decoding them one after
+another).
 
 Run through bench/whisper/whisper_peers.sh, which makes the virtual environment. Exit 3 when CTranslate2
 cannot run, 4 when the polyattn CLI fails, 2 on bad arguments.
@@ -120,9 +121,9 @@ def ct2_child(args):
 
 # ---- the runs -----------------------------------------------------------------------------
 
-def polyattn_run(args, pair, clip):
+def polyattn_run(args, pair, clip, batch=16):
     self_name, cross_name = pair.split("+")
-    cmd = [args.cli, "--model", args.model, "--threads", str(args.threads), "--batch", "16", "--tokens",
+    cmd = [args.cli, "--model", args.model, "--threads", str(args.threads), "--batch", str(batch), "--tokens",
            "--beam-size", str(args.beam_size), "--timestamps", "off", "--temperature-fallback", "off",
            "--self", self_name, "--cross", cross_name, "--audio", *clip]
     wall, rc, out, err, peak = run_timed(cmd)
@@ -179,6 +180,8 @@ def main():
     ap.add_argument("--model", default=os.path.join(REPO, "models", "tiny.en"))
     ap.add_argument("--cli", default=os.path.join(REPO, "build", "release", "examples", "whisper", "whisper"))
     ap.add_argument("--pairs", nargs="+", default=["mha/nhd+baseline", "xcache/nhd+e-cache"])
+    ap.add_argument("--serial-pairs", nargs="*", default=["mha/nhd+baseline", "xcache/nhd+e-cache"],
+                    help="pairs also run with --batch 1 (none: skip)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--beam-size", type=int, default=1, help="both systems (1: greedy)")
     ap.add_argument("--runs", type=int, default=5)
@@ -204,6 +207,9 @@ def main():
              "jfk x 6 (71 s)": [write_long_clip(os.path.join(REPO, "build", "peers", "jfk_x6.wav"))],
              "16 x jfk.wav": [jfk] * 16}
     systems = [("polyattn " + p, lambda c, p=p: polyattn_run(args, p, c)) for p in args.pairs]
+    # The same pairs one window at a time (whisper.cpp's order for a list of files): the 16-clip
+    # batch then holds one window's caches, not 16.
+    systems += [(f"polyattn {p} --batch 1", lambda c, p=p: polyattn_run(args, p, c, batch=1)) for p in args.serial_pairs]
     systems += [(f"ctranslate2 {t}", lambda c, t=t: ct2_run(args, t, c)) for t in ("float32", "int8")]
     if os.access(args.whisper_cpp, os.X_OK) and os.path.exists(args.ggml):
         systems.append(("whisper.cpp f16", lambda c: whisper_cpp_run(args, c)))

@@ -312,6 +312,10 @@ Transcription WhisperModel::transcribe(const AudioSource& audio, const Transcrib
       Decoder<Policies>& dec = decoder();  // built here for the first window (prepare_ms)
       const auto t_open = clock::now();
       const int seq = dec.open(*job.features);
+      // The cross cache holds its own copy now; the job's is kept only for a retry at a higher
+      // temperature. Without one, dropping it saves 2.3 MB (tiny) per window in flight: 37 MB
+      // at --batch 16.
+      if (opt.temperatures.size() == 1) job.features.reset();
       BeamSearch search(search_options(temperature, static_cast<int>(job.prompt.size()), seed), rules_.eot);
       joining.push_back({std::move(job), std::move(search), {seq}});
       ++r.windows;
