@@ -37,6 +37,7 @@
 #include "attention_weights.hpp"
 #include "error.hpp"
 #include "matrix.hpp"
+#include "onednn_dense.hpp"
 #include "self_attention.hpp"  // DecoderConfig, CacheUse
 #include "weights.hpp"
 
@@ -67,7 +68,11 @@ class CrossCacheAttention {
       : dims_(w.dims),
         cross_({.n_heads = w.dims.n_text_head, .head_dim = w.dims.n_text_state / w.dims.n_text_head, .model_dim = w.dims.n_text_state},
                layer_weights(w), {.max_sequences = cfg.audio_slots(), .capacity = w.dims.n_audio_ctx}, cfg.threads),
-        frames_(static_cast<std::size_t>(cfg.audio_slots()), 0) {}
+        frames_(static_cast<std::size_t>(cfg.audio_slots()), 0) {
+    // The baseline's 8 encoder-output products per window (k-only's 4, the hybrid's 1) on
+    // oneDNN rather than Eigen: float32 either way, whatever --compute-type says.
+    cross_.set_encoder_projection(&onednn_encoder_projection);
+  }
 
   int open(ConstMatrixRef encoder_output) {
     if (encoder_output.cols() != dims_.n_text_state || encoder_output.rows() < 1 || encoder_output.rows() > dims_.n_audio_ctx)

@@ -39,6 +39,21 @@ inline void onednn_panel_product(ConstMatrixRef x, ConstMatrixRef panel, MatrixR
   if (status != dnnl_success) throw Error(std::string("oneDNN sgemm failed: ") + dnnl_status2str(status));
 }
 
+// y (n, out) = x (n, in) W for W (in, out) row-major, by dnnl_sgemm in panels of W's columns on
+// Eigen's threads (for_each_panel): the library's cross-attention projects each window's
+// encoder output into every layer's K and V so (CrossAttention::set_encoder_projection), 8 of
+// tiny's (1500 x 384) x (384 x 384) products per window with the baseline cache.
+inline void onednn_encoder_projection(ConstMatrixRef x, ConstMatrixRef w, MatrixRef y) {
+  for_each_panel(w.cols(), x.rows(), Eigen::nbThreads(), [&](Eigen::Index first, Eigen::Index n) {
+#ifdef _OPENMP
+    omp_set_num_threads(1);  // as onednn_panel_product: one thread per panel
+#endif
+    const dnnl_status_t status = dnnl_sgemm('N', 'N', x.rows(), n, x.cols(), 1.0f, x.data(), x.outerStride(), w.data() + first,
+                                            w.outerStride(), 0.0f, y.data() + first, y.outerStride());
+    if (status != dnnl_success) throw Error(std::string("oneDNN sgemm failed: ") + dnnl_status2str(status));
+  });
+}
+
 class OnednnDense : public Dense {
  public:
   std::string name() const override { return "onednn (CPU)"; }

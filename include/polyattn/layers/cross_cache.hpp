@@ -222,6 +222,16 @@ class CrossAttention {
     return bytes;
   }
 
+  /// y (p, out) = E (p, in) W for W (in, out) row-major: the product that projects a sequence's
+  /// encoder output into a layer's K (and V) at its first attend (Baseline: two per layer,
+  /// KOnly: one, Hybrid: one for layer 0, SharedE: none). 2 p d^2 multiply-adds each, the largest
+  /// products the module runs. Eigen's by default; a caller with a faster GEMM (a BLAS, oneDNN)
+  /// passes its own here. It must write every element of y and leave x and W as they are; what
+  /// it throws leaves the caches as they were (the sequence's K/V are written after both products).
+  using EncoderProjection = void (*)(ConstMatrixRef x, ConstMatrixRef w, MatrixRef y);
+  static void eigen_projection(ConstMatrixRef x, ConstMatrixRef w, MatrixRef y) { y.noalias() = x * w; }
+  void set_encoder_projection(EncoderProjection projection) { project_ = projection ? projection : &eigen_projection; }
+
   /// Bytes the cache stores reserved (capacity for every sequence slot).
   std::size_t cache_bytes_allocated() const {
     std::size_t bytes = 0;
@@ -282,12 +292,15 @@ class CrossAttention {
       const RowMatrixXf& e = pending_[std::size_t(seq)];
       const Layer& w = layers_[kPerLayerStores ? std::size_t(layer) : 0];
       if constexpr (kBaseline) {
-        RowMatrixXf k = e * w.w_k, v = e * w.w_v;
+        RowMatrixXf k(e.rows(), w.w_k.cols()), v(e.rows(), w.w_v.cols());
+        project_(e, w.w_k, k);
+        project_(e, w.w_v, v);
         k.rowwise() += w.b_k;
         v.rowwise() += w.b_v;
         write(store, seq, Mha::Rows{k, v}, Mha{}, {});
       } else {
-        const RowMatrixXf k = e * w.w_k;  // no key bias: it cancels (and E = K_0 W_k0^-1 needs none)
+        RowMatrixXf k(e.rows(), w.w_k.cols());
+        project_(e, w.w_k, k);  // no key bias: it cancels (and E = K_0 W_k0^-1 needs none)
         write(store, seq, SlimK2::Rows{k}, SlimK2{}, w.slim);
       }
       bool all_cached = true;
@@ -314,6 +327,7 @@ class CrossAttention {
   std::vector<QueryJob> jobs_;
   std::vector<RowRequest> requests_;  // check_cacheable's
   RowMatrixXf query_, heads_;
+  EncoderProjection project_ = &eigen_projection;
   std::tuple<AttendScratch<Mha>, AttendScratch<SlimK2>, AttendScratch<XCache>> scratch_;
 };
 
