@@ -89,7 +89,6 @@ class Dense {
     polyattn::attention(*cpu_, qkv.leftCols(d), qkv.middleCols(d, d), qkv.rightCols(d), {n_heads, n_heads, head_dim}, Mask::full, out);
   }
   RowMatrixXf bidirectional_attention(ConstMatrixRef qkv, int n_heads) {
-    check_attention_input(qkv, n_heads);
     RowMatrixXf out(qkv.rows(), qkv.cols() / 3);
     bidirectional_attention_into(qkv, n_heads, out);
     return out;

@@ -55,13 +55,13 @@ inline void gelu_inplace(Eigen::Ref<RowMatrixXf> x) {
   x.array() = 0.5f * x.array() * (1.0f + (x.array() * static_cast<float>(M_SQRT1_2)).erf());
 }
 
-// Conv1d with kernel 3, padding 1, is one product over im2col rows (Dense::conv1d_k3).
-// x (T_in, C_in) time-major -> (T_out, 3 * C_in), T_out = (T_in - 1) / stride + 1, row t =
-// [x[t*s - 1], x[t*s], x[t*s + 1]] (zeros outside). `weight` (C_out, 3 * C_in), column
-// k * C_in + c holding PyTorch's weight[o][c][k] (conv_weight_k_major), is only checked here.
 inline Eigen::Index conv_k3_out_rows(Eigen::Index t_in, int stride) { return t_in == 0 ? 0 : (t_in - 1) / stride + 1; }
 
-// The same into a preallocated (T_out, 3 * C_in) block.
+// Conv1d with kernel 3, padding 1, is one product over im2col rows (Dense::conv1d_k3).
+// x (T_in, C_in) time-major -> `cols`, a preallocated (T_out, 3 * C_in) block, every element
+// written, T_out = (T_in - 1) / stride + 1, row t = [x[t*s - 1], x[t*s], x[t*s + 1]] (zeros
+// outside). `weight` (C_out, 3 * C_in), column
+// k * C_in + c holding PyTorch's weight[o][c][k] (conv_weight_k_major), is only checked here.
 inline void im2col_k3_into(const Eigen::Ref<const RowMatrixXf>& x, const RowMatrixXf& weight, int stride, Eigen::Ref<RowMatrixXf> cols) {
   const Eigen::Index t_in = x.rows(), c_in = x.cols();
   if (weight.cols() != 3 * c_in)
@@ -79,12 +79,6 @@ inline void im2col_k3_into(const Eigen::Ref<const RowMatrixXf>& x, const RowMatr
       else
         cols.block(t, k * c_in, 1, c_in).setZero();
     }
-}
-
-inline RowMatrixXf im2col_k3(const Eigen::Ref<const RowMatrixXf>& x, const RowMatrixXf& weight, int stride) {
-  RowMatrixXf cols(conv_k3_out_rows(x.rows(), stride), 3 * x.cols());
-  im2col_k3_into(x, weight, stride, cols);
-  return cols;
 }
 
 // PyTorch conv weight (C_out, C_in, 3), flattened row-major, -> (C_out, 3 * C_in) k-major.

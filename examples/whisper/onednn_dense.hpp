@@ -26,31 +26,33 @@
 
 namespace polyattn::whisper {
 
-// A PanelProduct (weight_matrix.hpp): y (n, panel rows) = x (n, cols) P^T by dnnl_sgemm, on the
-// calling thread. Row-major throughout, so x, P and y keep their own row strides.
-inline void onednn_panel_product(ConstMatrixRef x, ConstMatrixRef panel, MatrixRef y) {
+// c (m, n) = a (m, k) op(b) by dnnl_sgemm on the calling thread, row-major throughout (each
+// operand keeps its own row stride); op(b) = b (k, n) for transb 'N', b^T for b (n, k) for 'T'.
+inline void sgemm_on_this_thread(char transb, Eigen::Index m, Eigen::Index n, Eigen::Index k, const float* a, Eigen::Index lda,
+                                 const float* b, Eigen::Index ldb, float* c, Eigen::Index ldc) {
 #ifdef _OPENMP
   // This task's own thread setting (an OpenMP ICV is per task): a team of one thread is not an
   // active region, and oneDNN would otherwise start a team of its own inside it.
   omp_set_num_threads(1);
 #endif
-  const dnnl_status_t status = dnnl_sgemm('N', 'T', x.rows(), panel.rows(), x.cols(), 1.0f, x.data(), x.outerStride(),
-                                          panel.data(), panel.outerStride(), 0.0f, y.data(), y.outerStride());
+  const dnnl_status_t status = dnnl_sgemm('N', transb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   if (status != dnnl_success) throw Error(std::string("oneDNN sgemm failed: ") + dnnl_status2str(status));
 }
 
-// y (n, out) = x (n, in) W for W (in, out) row-major, by dnnl_sgemm in panels of W's columns on
+// A PanelProduct (weight_matrix.hpp): y (n, panel rows) = x (n, cols) P^T on the calling thread.
+inline void onednn_panel_product(ConstMatrixRef x, ConstMatrixRef panel, MatrixRef y) {
+  sgemm_on_this_thread('T', x.rows(), panel.rows(), x.cols(), x.data(), x.outerStride(), panel.data(), panel.outerStride(), y.data(),
+                       y.outerStride());
+}
+
+// y (n, out) = x (n, in) W for W (in, out) row-major, by sgemm in panels of W's columns on
 // Eigen's threads (for_each_panel): the library's cross-attention projects each window's
 // encoder output into every layer's K and V so (CrossAttention::set_encoder_projection), 8 of
 // tiny's (1500 x 384) x (384 x 384) products per window with the baseline cache.
 inline void onednn_encoder_projection(ConstMatrixRef x, ConstMatrixRef w, MatrixRef y) {
   for_each_panel(w.cols(), x.rows(), Eigen::nbThreads(), [&](Eigen::Index first, Eigen::Index n) {
-#ifdef _OPENMP
-    omp_set_num_threads(1);  // as onednn_panel_product: one thread per panel
-#endif
-    const dnnl_status_t status = dnnl_sgemm('N', 'N', x.rows(), n, x.cols(), 1.0f, x.data(), x.outerStride(), w.data() + first,
-                                            w.outerStride(), 0.0f, y.data() + first, y.outerStride());
-    if (status != dnnl_success) throw Error(std::string("oneDNN sgemm failed: ") + dnnl_status2str(status));
+    sgemm_on_this_thread('N', x.rows(), n, x.cols(), x.data(), x.outerStride(), w.data() + first, w.outerStride(), y.data() + first,
+                         y.outerStride());
   });
 }
 
