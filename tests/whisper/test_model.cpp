@@ -41,6 +41,47 @@ TEST_SUITE("model") {
     CHECK(default_dense().name() == engine.name());  // the engine of every call that names none
   }
 
+  TEST_CASE("the streamed logits: within float's sum bound, each row's sums whatever shares its pass, float16 as float") {
+    using whisper_test::RowMatrixXd;
+    whisper_test::Rng rng(31);
+    const double u = std::ldexp(1.0, -24);
+    // 67 rows of W (no multiple of a block); widths of an odd and an even count of 16-float
+    // vectors (a tail vector for the two chains) and a multiple of 8 only (AVX2's width).
+    for (Eigen::Index cols : {48, 64, 384, 24}) {
+      INFO("cols " << cols);
+      const RowMatrixXf values = whisper_test::random_matrix(rng, 67, cols);
+      const WeightMatrix f32(values), f16(WeightMatrix::HalfMatrix(values.cast<Eigen::half>()));
+      const RowMatrixXf x = whisper_test::random_matrix(rng, kStreamMaxRows, cols);
+      for (const WeightMatrix* w : {&f32, &f16}) {
+        INFO((w->is_half() ? "float16" : "float32"));
+        const RowMatrixXd wd = w->float_rows(0, w->rows()).cast<double>();
+        RowMatrixXf alone(x.rows(), w->rows());  // each row of x on its own, on one thread
+        Eigen::setNbThreads(1);
+        for (Eigen::Index i = 0; i < x.rows(); ++i) w->project_streamed(x.row(i), alone.row(i));
+        Eigen::setNbThreads(2);
+        for (Eigen::Index n = 1; n <= kStreamMaxRows; ++n) {
+          INFO("rows of x " << n);
+          RowMatrixXf out = RowMatrixXf::Constant(n, w->rows() + 3, std::numeric_limits<float>::quiet_NaN());
+          w->project_streamed(x.topRows(n), out.middleCols(1, w->rows()));
+          CHECK(out.col(0).array().isNaN().all());
+          CHECK(out.rightCols(2).array().isNaN().all());
+          const RowMatrixXf got = out.middleCols(1, w->rows());
+          // Float products summed in float, in any order: |got - x W^T| <= k u |x| |W|^T.
+          const RowMatrixXd want = x.topRows(n).cast<double>() * wd.transpose();
+          const RowMatrixXd scale = x.topRows(n).cast<double>().cwiseAbs() * wd.cwiseAbs().transpose();
+          CHECK(((got.cast<double>() - want).cwiseAbs().array() <= (double(cols) * u * scale).array()).all());
+          if (stream_available(n, cols)) CHECK(got == alone.topRows(n));  // the pass and the threads change no sum
+        }
+      }
+      // A float16 W gives what the same values stored as float give, bit for bit.
+      RowMatrixXf from_half(3, 67), from_float(3, 67);
+      f16.project_streamed(x.topRows(3), from_half);
+      WeightMatrix(f16.float_rows(0, 67)).project_streamed(x.topRows(3), from_float);
+      CHECK(from_half == from_float);
+    }
+    Eigen::setNbThreads(0);
+  }
+
   TEST_CASE("the oneDNN bfloat16 engine: stored linears within bfloat16's rounding, everything else as float32") {
     using whisper_test::RowMatrixXd;
     OnednnBf16Dense engine;
