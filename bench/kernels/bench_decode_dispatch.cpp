@@ -19,7 +19,7 @@ using Chosen = polyattn::bench::DispatchExecutor;
 
 /// The same executor held to its AVX2 kernels.
 struct Refused : Chosen {
-  explicit Refused(int threads = 0) : Chosen(threads, false) {}
+  explicit Refused(Threads threads = {}) : Chosen(std::move(threads), false) {}
   static std::string name() { return Chosen::name() + "|refused"; }
 };
 

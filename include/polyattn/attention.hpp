@@ -40,6 +40,7 @@
 #include "polyattn/core/matrix.hpp"
 #include "polyattn/core/row_codec.hpp"
 #include "polyattn/core/shape.hpp"
+#include "polyattn/core/threads.hpp"
 #include "polyattn/variants/variant.hpp"
 
 namespace polyattn {
@@ -88,13 +89,14 @@ class Attention {
 
   static std::string name() { return Variant::name() + "/" + Layout::name() + "/" + Executor::name(); }
 
-  /// `threads` is passed to the executor (0 = all hardware threads).
-  Attention(AttentionShape shape, CacheConfig config, Params params = {}, int threads = 0)
+  /// `threads` is passed to the executor: a count (0 = all hardware threads), or a team the
+  /// program lends (core/threads.hpp).
+  Attention(AttentionShape shape, CacheConfig config, Params params = {}, Threads threads = {})
       : shape_(validated(shape, params)),
         params_(std::move(params)),
         spec_(spec_for(shape_, params_)),
         store_(stored_tensors(shape_, params_), config),
-        executor_(threads),
+        executor_(std::move(threads)),
         tokens_(merges_tokens ? std::size_t(config.max_sequences) : 0, 0),
         open_rows_(std::size_t(config.max_sequences) * std::size_t(Variant::open_row_width), 0.0) {}
 

@@ -20,7 +20,7 @@ using Executor = exec::DispatchCpuSimd<xsimd::avx512bw>;
 /// The same executor kept on its fallback kernels (constructed with use_arch = false): the
 /// (mask, store) pairs are those of Executor, so it needs no kernels of its own.
 struct FallbackExecutor : Executor {
-  explicit FallbackExecutor(int threads = 0) : Executor(threads, false) {}
+  explicit FallbackExecutor(Threads threads = {}) : Executor(std::move(threads), false) {}
   static std::string name() { return "cpu/dispatch refused"; }
 };
 

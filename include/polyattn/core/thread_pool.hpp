@@ -8,6 +8,13 @@
 // One parallel_for runs at a time per pool (callers on other threads wait their turn). A task
 // that calls parallel_for on the pool running it gets its inner tasks run inline, on its own
 // thread: the pool's threads are all busy with the outer call, and waiting for them would never end.
+//
+// A program that already keeps a team of threads (OpenMP for its GEMMs, TBB, a job system) can
+// lend it instead (Threads with a ParallelFor): the pool then starts no thread and runs its tasks
+// through the caller's parallel-for. On few cores, two teams that take turns cost more than the
+// work between them: each wakes its threads from sleep, and one team's threads spin on the cores
+// the other needs (the Whisper example: 15% of its samples in libgomp's wait while polyattn's
+// workers ran, examples/whisper/README.md).
 #pragma once
 
 #include <algorithm>
@@ -23,6 +30,7 @@
 #include <vector>
 
 #include "polyattn/core/error.hpp"
+#include "polyattn/core/threads.hpp"
 
 namespace polyattn {
 
@@ -32,21 +40,23 @@ class ThreadPool {
   /// when the system cannot create another thread; tests pass one that fails on purpose.
   using StartThread = std::function<std::thread(std::function<void()> body)>;
 
-  /// `threads` counts the caller: 1 runs everything inline; 0 means hardware_concurrency().
-  /// Throws polyattn::Error, with every worker it started stopped and joined, when a worker
-  /// thread cannot be started.
-  explicit ThreadPool(int threads = 0, const StartThread& start_thread = start_std_thread) {
-    require<ShapeError>(threads >= 0, "ThreadPool: threads must be >= 0, got ", threads);
-    if (threads == 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
-    size_ = threads;
-    workers_.reserve(std::size_t(threads - 1));
-    for (int i = 1; i < threads; ++i) {
+  /// `threads.count` counts the caller: 1 runs everything inline; 0 means hardware_concurrency().
+  /// With `threads.run` set no thread is started: parallel_for hands its tasks to it. Throws
+  /// polyattn::Error, with every worker it started stopped and joined, when a worker thread
+  /// cannot be started.
+  explicit ThreadPool(Threads threads = {}, const StartThread& start_thread = start_std_thread) : lent_(std::move(threads.run)) {
+    require<ShapeError>(threads.count >= 0, "ThreadPool: threads must be >= 0, got ", threads.count);
+    const int count = threads.count > 0 ? threads.count : int(std::max(1u, std::thread::hardware_concurrency()));
+    size_ = count;
+    if (lent_) return;
+    workers_.reserve(std::size_t(count - 1));
+    for (int i = 1; i < count; ++i) {
       try {
         workers_.push_back(start_thread([this] { worker_loop(); }));
       } catch (...) {
         stop_workers();  // joinable threads left in workers_ would call std::terminate
-        throw Error(detail::concat("polyattn: ThreadPool: could not start worker thread ", i, " of ", threads - 1, " (for ",
-                                   threads, " threads): ", what(std::current_exception())));
+        throw Error(detail::concat("polyattn: ThreadPool: could not start worker thread ", i, " of ", count - 1, " (for ",
+                                   count, " threads): ", what(std::current_exception())));
       }
     }
   }
@@ -58,6 +68,9 @@ class ThreadPool {
 
   int size() const { return size_; }
 
+  /// Whether the tasks run on a lent team (Threads::run) rather than on threads of the pool's own.
+  bool lent() const { return bool(lent_); }
+
   /// Runs task(i) for i in [0, n), spread over the pool; returns when all are done. Every task
   /// runs even when some throw; the first exception thrown is rethrown here.
   void parallel_for(int n, const std::function<void(int)>& task) {
@@ -67,6 +80,10 @@ class ThreadPool {
       return;
     }
     std::unique_lock call_lock(call_mutex_);  // one parallel_for at a time per pool
+    if (lent_) {
+      run_lent(n, task);
+      return;
+    }
     {
       std::lock_guard lock(mutex_);
       task_ = &task;
@@ -122,6 +139,23 @@ class ThreadPool {
     if (first) std::rethrow_exception(first);
   }
 
+  // Every task on the lent team, each marked as this pool's (a nested call runs inline) and none
+  // letting an exception out (an OpenMP region must not); the first one thrown is rethrown here.
+  void run_lent(int n, const std::function<void(int)>& task) {
+    std::mutex first_mutex;
+    std::exception_ptr first;
+    lent_(n, [&](int i) {
+      const RunningHere here(this);
+      try {
+        task(i);
+      } catch (...) {
+        std::lock_guard lock(first_mutex);
+        if (!first) first = std::current_exception();
+      }
+    });
+    if (first) std::rethrow_exception(first);
+  }
+
   void run_tasks() {
     const RunningHere here(this);
     for (int i = next_.fetch_add(1); i < n_tasks_; i = next_.fetch_add(1)) {
@@ -165,6 +199,7 @@ class ThreadPool {
   /// The pool whose tasks the calling thread is running, if any.
   static inline thread_local const ThreadPool* running_here_ = nullptr;
 
+  ParallelFor lent_;
   int size_ = 1;
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;

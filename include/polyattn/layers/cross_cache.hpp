@@ -47,6 +47,7 @@
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/matrix.hpp"
 #include "polyattn/core/shape.hpp"
+#include "polyattn/core/threads.hpp"
 #include "polyattn/variants/mha_gqa.hpp"
 #include "polyattn/variants/slim_k.hpp"
 #include "polyattn/variants/x_cache.hpp"
@@ -90,7 +91,7 @@ class CrossAttention {
   /// `shape`: heads of the cross-attention; shape.model_dim = d (0 means n_heads * head_dim).
   /// `layers`: every decoder layer's cross-attention weights (MHA). K-only and hybrid convert
   /// them (see reports()); the conversion throws ConversionError where it cannot be faithful.
-  CrossAttention(AttentionShape shape, const std::vector<MhaWeights>& layers, CacheConfig config, int threads = 0)
+  CrossAttention(AttentionShape shape, const std::vector<MhaWeights>& layers, CacheConfig config, Threads threads = {})
       : shape_(shape), pending_(std::size_t(config.max_sequences)) {
     require<ShapeError>(!layers.empty(), "CrossAttention: no layers");
     for (const MhaWeights& w : layers) check_mha_weights(w, shape_);

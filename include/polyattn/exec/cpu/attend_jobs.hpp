@@ -38,7 +38,7 @@ namespace polyattn::exec::cpu {
 /// What a CPU executor keeps between calls: its threads and the plan's buffers.
 struct ExecutorState {
   /// `threads` counts the calling thread; 0 = all hardware threads.
-  explicit ExecutorState(int threads) : pool(std::make_unique<ThreadPool>(threads)) {}
+  explicit ExecutorState(Threads threads) : pool(std::make_unique<ThreadPool>(std::move(threads))) {}
 
   std::unique_ptr<ThreadPool> pool;
   std::vector<std::span<const QueryJob>> blocks;  // the plan: query blocks, and rows for the decode kernel

@@ -82,7 +82,7 @@ class DispatchCpuSimd {
 
   /// `threads` counts the calling thread; 0 = all hardware threads. `use_arch` false keeps the
   /// fallback kernels whatever the CPU (to compare the two in one program).
-  explicit DispatchCpuSimd(int threads = 0, bool use_arch = true) : state_(threads), use_arch_(use_arch && cpu::cpu_runs<Arch>()) {}
+  explicit DispatchCpuSimd(Threads threads = {}, bool use_arch = true) : state_(std::move(threads)), use_arch_(use_arch && cpu::cpu_runs<Arch>()) {}
 
   /// "cpu/" and xsimd's names of the two architectures ("cpu/avx512bw|fma3+avx2").
   static std::string name() { return std::string("cpu/") + Arch::name() + "|" + fallback_arch::name(); }

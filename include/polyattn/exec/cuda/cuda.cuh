@@ -39,6 +39,7 @@
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/error.hpp"
+#include "polyattn/core/threads.hpp"
 #include "polyattn/exec/cuda/cuda_error.cuh"
 #include "polyattn/exec/cuda/device_layout.hpp"
 #include "polyattn/exec/cuda/device_memory.cuh"
@@ -100,7 +101,7 @@ class Cuda {
 
   /// Uses the current CUDA device; `threads` (host threads) is ignored. Throws CudaError when no
   /// device is usable.
-  explicit Cuda(int /*threads*/ = 0) : device_(usable_device()) {
+  explicit Cuda(const Threads& /*threads*/ = {}) : device_(usable_device()) {
     POLYATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   }
 

@@ -15,13 +15,14 @@
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/core/row_codec.hpp"
+#include "polyattn/core/threads.hpp"
 
 namespace polyattn::exec {
 
 struct Reference {
   static std::string name() { return "reference"; }
 
-  explicit Reference(int /*threads*/ = 1) {}
+  explicit Reference(const Threads& /*threads*/ = 1) {}
 
   template <KeyMask KeyMaskT = PrefixMask, class Store>
   void attend(const Store& store, const AttendSpec& spec, std::span<const QueryJob> jobs) const {
