@@ -43,6 +43,7 @@
 #include "error.hpp"
 #include "layers.hpp"
 #include "matrix.hpp"
+#include "openmp_team.hpp"
 #include "weight_matrix.hpp"
 
 namespace polyattn::whisper {
@@ -84,7 +85,7 @@ class Dense {
     check_attention_input(qkv, n_heads);
     const Eigen::Index d = qkv.cols() / 3;
     check_attention_output(qkv, out);
-    if (!cpu_ || cpu_->threads() != Eigen::nbThreads()) cpu_ = std::make_unique<exec::CpuSimd>(Eigen::nbThreads());
+    if (!cpu_ || cpu_->threads() != Eigen::nbThreads()) cpu_ = std::make_unique<exec::CpuSimd>(openmp_team(Eigen::nbThreads()));
     const int head_dim = int(d / n_heads);
     polyattn::attention(*cpu_, qkv.leftCols(d), qkv.middleCols(d, d), qkv.rightCols(d), {n_heads, n_heads, head_dim}, Mask::full, out);
   }

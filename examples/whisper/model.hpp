@@ -46,7 +46,9 @@ namespace polyattn::whisper {
 
 struct TranscribeOptions {
   int batch = 16;   // sequences (30 s windows) decoded at once
-  int threads = 0;  // attention executor threads (0 = all hardware threads); Eigen's are global
+  // Threads of the attention executors, lent from the products' OpenMP team (openmp_team.hpp);
+  // 0: Eigen's count (Eigen::nbThreads(), which the CLI's --threads sets).
+  int threads = 0;
   // Beam search with CTranslate2's rules (beam_search.hpp); 1 is greedy decoding. The CLI's
   // default is 5, as faster-whisper's.
   int beam_size = 1;

@@ -33,6 +33,7 @@
 
 #include <polyattn/attention.hpp>
 #include <polyattn/core/error.hpp>
+#include <polyattn/core/threads.hpp>
 #include <polyattn/exec/cpu/cpu_simd.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 
@@ -49,7 +50,9 @@ struct DecoderConfig {
   int max_audio = 0;      // audio windows open at once, each with its cross cache shared by its
                           // sequences (beams); 0 = max_sequences
   int audio_slots() const { return max_audio > 0 ? max_audio : max_sequences; }
-  int threads = 0;        // attention executor threads (0 = all hardware threads)
+  // The attention executors' threads: a count (0 = all hardware threads) for pools of their own,
+  // or a lent team (openmp_team: the products' OpenMP threads, as transcribe() passes).
+  Threads threads = 0;
   Dense* dense = nullptr;  // where the projections and the MLP run (dense.hpp); nullptr: default_dense()
 };
 

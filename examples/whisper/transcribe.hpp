@@ -28,6 +28,7 @@
 
 #include "beam_search.hpp"
 #include "model.hpp"
+#include "openmp_team.hpp"
 #include "segments.hpp"
 
 namespace polyattn::whisper {
@@ -147,7 +148,7 @@ Transcription WhisperModel::transcribe(const AudioSource& audio, const Transcrib
     if (!built) {
       const auto t = clock::now();
       built.emplace(w_, DecoderConfig{.max_sequences = windows_at_once * sequences_per_window, .max_audio = windows_at_once,
-                                      .threads = opt.threads, .dense = &dense});
+                                      .threads = openmp_team(opt.threads > 0 ? opt.threads : Eigen::nbThreads()), .dense = &dense});
       r.prepare_ms = ms(t, clock::now());
       r.notes = built->notes();
     }
