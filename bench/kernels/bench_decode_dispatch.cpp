@@ -6,6 +6,7 @@
 #include <benchmark/benchmark.h>
 
 #include <string>
+#include <utility>
 
 #include "support/decode_dispatch_layers.hpp"
 #include "support/decode_variant_case.hpp"
@@ -19,7 +20,7 @@ using Chosen = polyattn::bench::DispatchExecutor;
 
 /// The same executor held to its AVX2 kernels.
 struct Refused : Chosen {
-  explicit Refused(Threads threads = {}) : Chosen(std::move(threads), false) {}
+  explicit Refused(polyattn::Threads threads = {}) : Chosen(std::move(threads), false) {}
   static std::string name() { return Chosen::name() + "|refused"; }
 };
 

@@ -8,8 +8,9 @@
 // wait. On one team the thread that spun is the one that runs the next tasks. Measured on the
 // EPYC (examples/whisper/README.md, decode step).
 //
-// A translation unit without OpenMP (nvcc's host pass) gets the count alone: the executor's own
-// pool, as before.
+// Without OpenMP the count alone: the executor's own pool. Every object of a program must agree
+// (one definition): the CUDA targets' host code is compiled with OpenMP too
+// (examples/whisper/CMakeLists.txt).
 #pragma once
 
 #include <functional>

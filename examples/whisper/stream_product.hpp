@@ -121,7 +121,7 @@ inline void stream_project(ConstMatrixRef x, const T* w, Eigen::Index rows, Eige
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(threads)
 #else
-  (void)threads;  // a translation unit without OpenMP (nvcc's host pass): one thread
+  (void)threads;  // a build without OpenMP: one thread
 #endif
   for (Eigen::Index b = 0; b < blocks; ++b) {
     const Eigen::Index first = b * kBlock, last = std::min(rows, first + kBlock);

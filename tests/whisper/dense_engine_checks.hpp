@@ -83,7 +83,7 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
     using polyattn::whisper::StoredLinear;
     using polyattn::whisper::WeightMatrix;
     // 303 rows of W: two whole panels and a partial one (kPanelRows = 128); for the stream, four
-    // whole blocks of 64 rows and a fifth ending on 3 rows that are not a block of 4.
+    // whole blocks of 64 rows and a partial fifth.
     const RowMatrixXf values = random_matrix(rng, 2 * polyattn::whisper::kPanelRows + 47, 16);
     const RowVectorXf bias = random_matrix(rng, 1, values.rows());
     const WeightMatrix f32(values), f16(WeightMatrix::HalfMatrix(values.cast<Eigen::half>()));
@@ -99,9 +99,9 @@ inline void check_dense_engine(polyattn::whisper::Dense& engine) {
       INFO((e->is_half() ? "float16" : "float32"));
       const RowMatrixXf& exact = e->as_float();  // every float16 value is exact in float
       CHECK(exact.rows() == values.rows());
-      // 1-8 rows of x stream W in one pass (stream_product.hpp: 4 rows per pass, 4 rows of W
-      // at a time, so 5 and 8 take two passes and 300 rows end on whole blocks of 4); 17 and
-      // 200 take panels, 200 being more than a panel, so W is split in panels of rows() / threads.
+      // 1-8 rows of x stream W (stream_product.hpp: up to 4 rows of x per pass over W, so 5 and
+      // 8 take two passes; one row of W at a time); 17 and 200 take panels, 200 being more than
+      // a panel, so W is split in panels of rows() / threads.
       for (Eigen::Index rows : {1, 3, 4, 5, 8, 17, 200}) {
         INFO("rows " << rows);
         const RowMatrixXf x = random_matrix(rng, rows, 16);

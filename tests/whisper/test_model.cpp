@@ -45,6 +45,7 @@ TEST_SUITE("model") {
     using whisper_test::RowMatrixXd;
     whisper_test::Rng rng(31);
     const double u = std::ldexp(1.0, -24);
+    const int threads_before = Eigen::nbThreads();
     // 67 rows of W (no multiple of a block); widths of an odd and an even count of 16-float
     // vectors (a tail vector for the two chains) and a multiple of 8 only (AVX2's width).
     for (Eigen::Index cols : {48, 64, 384, 24}) {
@@ -79,7 +80,7 @@ TEST_SUITE("model") {
       WeightMatrix(f16.float_rows(0, 67)).project_streamed(x.topRows(3), from_float);
       CHECK(from_half == from_float);
     }
-    Eigen::setNbThreads(0);
+    Eigen::setNbThreads(threads_before);
   }
 
   TEST_CASE("the oneDNN bfloat16 engine: stored linears within bfloat16's rounding, everything else as float32") {

@@ -1,9 +1,8 @@
 // A small fork-join thread pool for the CPU executor.
 //
 // Why not OpenMP: a header-only library would force -fopenmp (and its runtime) on every
-// consumer, OpenMP's pool is global so two Attention objects cannot use different thread
-// counts, and it fights Eigen's own OpenMP GEMM threading in applications that use both.
-// This pool is per executor, needs only <thread>, and the calling thread does work too.
+// consumer, and OpenMP's pool is global so two Attention objects could not use different thread
+// counts. This pool is per executor, needs only <thread>, and the calling thread does work too.
 //
 // One parallel_for runs at a time per pool (callers on other threads wait their turn). A task
 // that calls parallel_for on the pool running it gets its inner tasks run inline, on its own

@@ -80,7 +80,8 @@ class DispatchCpuSimd {
  public:
   using fallback_arch = xsimd::default_arch;
 
-  /// `threads` counts the calling thread; 0 = all hardware threads. `use_arch` false keeps the
+  /// `threads` counts the calling thread (0 = all hardware threads), or names a lent team
+  /// (core/threads.hpp). `use_arch` false keeps the
   /// fallback kernels whatever the CPU (to compare the two in one program).
   explicit DispatchCpuSimd(Threads threads = {}, bool use_arch = true) : state_(std::move(threads)), use_arch_(use_arch && cpu::cpu_runs<Arch>()) {}
 
