@@ -83,12 +83,57 @@ inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows)
   }
 }
 
-/// Asks for `bytes` bytes from `row`, a line at a time, into L2 only (prefetcht2): a tile of
-/// XCache rows is 96 KiB, more than L1, and prefetches into L1 (prefetcht0) ran 1.1-1.2x slower,
-/// L2 ones 1.15-1.25x faster on SlimK2 and XCache (AMD EPYC Zen 4, DRAM-resident caches).
-inline void prefetch_bytes(const char* row, int bytes) {
-  for (int b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 1);
-}
+/// The next tile's rows, asked for while this tile is worked on, so that its reads overlap this
+/// tile's arithmetic. Where the values are rows of their own (MHA, GQA, MQA), row j of this
+/// tile's score pass asks for the next tile's row j whole (score_step). Where the values live in
+/// the key rows (SlimK2, XCache: the value pass is half or more of a tile's work), the lines are
+/// asked for in order, a few per step of both passes (pace(), score_step, value_step): asking for
+/// each row whole while scoring put all of the next tile's misses behind the score pass, and with
+/// XCache's score pass made faster (rows_per_block) its value pass then had no read in flight;
+/// paced, XCache ran 1.15-1.25x faster (AMD EPYC Zen 4, Hnd, L 65536, batch 16, four alternated
+/// runs). Two other splits measured worse: pacing MHA's rows too (a cursor per row cost its small
+/// int8 rows up to 1.3x), and asking XCache's rows a first part in the score pass and the rest in
+/// the value pass (1.1x slower than in order). It also finds the next page of Paged<P>, which the
+/// hardware prefetchers cannot guess. Lines go into L2 only (prefetcht2): a tile of XCache rows
+/// is 96 KiB, more than L1, and prefetches into L1 ran 1.1-1.2x slower on SlimK2 and XCache.
+struct NextTile {
+  const char* first = nullptr;  // the next tile's first row (its first byte read)
+  std::ptrdiff_t stride = 0;    // bytes between its rows
+  int bytes = 0;                // bytes read per row
+  int count = 0;                // rows to ask for (0: nothing)
+  int per_step = 0;             // paced: lines per step of work; 0: row j whole as row j is scored
+  int row = 0, offset = 0;      // paced: the next line to ask for
+
+  /// Paces the asks over the count * (1 + value_steps) steps of a tile (value_steps per scored
+  /// row); value_steps 0: row by row as the rows are scored.
+  void pace(int value_steps) {
+    if (value_steps == 0) return void(per_step = 0);
+    const int lines = count * ((bytes + 63) / 64), steps = count * (1 + value_steps);
+    per_step = (lines + steps - 1) / steps;
+  }
+  /// Row j of this tile is being scored.
+  void score_step(int j) {
+    if (per_step > 0) return ask_lines(per_step);
+    if (j >= count) return;
+    const char* p = first + j * stride;
+    for (int b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 1);
+  }
+  /// A step of the value pass (paced only).
+  void value_step() { ask_lines(per_step); }
+  /// Every paced line not asked for yet.
+  void ask_rest() {
+    if (per_step > 0) ask_lines(1 << 30);
+  }
+
+ private:
+  void ask_lines(int lines) {
+    for (; lines > 0 && row < count; --lines) {
+      __builtin_prefetch(first + row * stride + offset, 0, 1);
+      offset += 64;
+      if (offset >= bytes) offset = 0, ++row;
+    }
+  }
+};
 
 /// Where a tile's key rows are and how the group reads them.
 template <class T>
@@ -98,52 +143,82 @@ struct KeyTile {
   std::ptrdiff_t group_stride; // head g reads its key at + g * group_stride (0: the group shares one key)
   int dim;                     // key_dim
   int count;                   // n <= kTile rows
-  // The next tile's rows, asked for while this tile's are scored (row j asks for the next tile's
-  // row j, at next + j * stride): they then arrive while this tile's values are accumulated. That
-  // overlaps memory and arithmetic when the values live in the key rows (SlimK2, XCache), and it
-  // finds the next page of Paged<P>, which the hardware prefetchers cannot guess. (Asking for the
-  // next tile's value rows of MHA/GQA as well was no faster, within this machine's noise. Kept as
-  // plain fields: a build that held them in a member struct with an ask() method had no prefetch
-  // instruction left at all (objdump; cause not found) and ran 1.3x slower on SlimK2 and XCache.)
-  const char* next = nullptr;  // the next tile's first row (its first byte read)
-  std::ptrdiff_t next_stride = 0;  // bytes between its rows
-  int next_bytes = 0;          // bytes read per row
-  int next_count = 0;          // rows of the next tile to ask for (0: nothing)
+  NextTile* next = nullptr;    // score_step(j) as row j is scored (nullptr: nothing to ask for)
 };
 
+/// Makes the compiler hold b in a register: a vector loaded once for several multiply-adds is
+/// otherwise folded into each of them as a memory operand (GCC 12), one load per multiply-add.
+template <class B>
+inline void keep_in_register(B& b) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  asm volatile("" : "+v"(b.data));
+#else
+  (void)b;
+#endif
+}
+
+/// Rows scored together by score_rows for NG heads: R x NG accumulators, R keys and one query in
+/// the vector registers, R a power of two up to 4 (it divides every SIMD width).
+template <class Arch, int NG>
+constexpr int rows_per_block() {
+  for (int r = 4; r > 1; r /= 2)
+    if (r * NG + r + 1 <= kVectorRegisters<Arch>) return r;
+  return 1;
+}
+
 /// Scores of NG query heads (pre-scaled queries q[NG][dim], row stride q_stride) against the
-/// rows of a tile, token after token: each row is read front to back once for the NG heads (one
-/// key for all of them when the group shares it: MQA, GQA, XCache, MLA; else head g's slice at
-/// g * group_stride: SlimK2's packed row). The W dot products of a W-block of tokens are reduced
-/// together by sum_each: no horizontal sum per token. Rows are read in order because that is what
-/// the hardware prefetchers follow: a register block of 8 rows read column-block by column-block
-/// ran 1.3-1.5x slower on MHA and MQA with the cache in L3 or DRAM (AMD EPYC Zen 4), and one
-/// head's slice across all rows of the tile, then the next head's, 1.4x slower on SlimK2.
-/// Registers: NG accumulators + 1 key + 1 query.
+/// rows of a tile, R rows at a time (rows_per_block): each query vector is loaded once for the R
+/// rows and each key vector once for the NG heads (one key for all of them when the group shares
+/// it: MQA, GQA, XCache, MLA; else head g's slice at g * group_stride: SlimK2's packed row), so
+/// that the loads stay below the multiply-adds (one row at a time, XCache's 6 heads did 7 vector
+/// loads per 6 multiply-adds, and its score pass took 2.4x its value pass for the same count on an
+/// AMD EPYC Zen 4, which loads one 512-bit vector a cycle). The W dot products of a W-block of
+/// tokens are reduced together by sum_each: no horizontal sum per token. Each row is read front
+/// to back, the R rows side by side (adjacent rows of the tile: the hardware prefetchers still
+/// see a forward stream); a register block of 8 rows (one head) read column-block by column-block
+/// ran 1.3-1.5x slower on MHA and MQA with the cache in L3 or DRAM, and one head's slice across
+/// all rows of the tile, then the next head's, 1.4x slower on SlimK2.
 template <class Arch, int NG, bool SharedKey, class T>
 void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys, float* scores) {
   using B = xsimd::batch<float, Arch>;
-  constexpr int W = int(B::size);
+  // (a block of rows only where a key serves 4 heads or more: for one head, or SlimK2's slices,
+  // no query vector is shared by R rows' multiply-adds, and with GQA's 2 heads the 4 interleaved
+  // rows ran 1.1x slower, on Hnd at L 65536, batch 16)
+  constexpr int W = int(B::size), R = SharedKey && NG >= 4 ? rows_per_block<Arch, NG>() : 1;
   const int dim_vec = keys.dim / W * W;
   alignas(64) B partial[NG][W];
   for (int j0 = 0; j0 < keys.count; j0 += W) {
     const int m = std::min(W, keys.count - j0);
-    for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
-      const T* k = keys.rows + std::ptrdiff_t(std::min(j0 + jj, keys.count - 1)) * keys.stride;
-      if (j0 + jj < keys.next_count) prefetch_bytes(keys.next + std::ptrdiff_t(j0 + jj) * keys.next_stride, keys.next_bytes);
-      B acc[NG];
-      for (int g = 0; g < NG; ++g) acc[g] = B(0.0f);
+    for (int jj = 0; jj < W; jj += R) {
+      const T* k[R];
+      for (int r = 0; r < R; ++r) {  // rows past the tile repeat its last row: valid memory, scores unused
+        k[r] = keys.rows + std::ptrdiff_t(std::min(j0 + jj + r, keys.count - 1)) * keys.stride;
+        if (keys.next && j0 + jj + r < keys.count) keys.next->score_step(j0 + jj + r);
+      }
+      B acc[R][NG];
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < NG; ++g) acc[r][g] = B(0.0f);
       if constexpr (SharedKey) {
         for (int c = 0; c < dim_vec; c += W) {
-          const B kv = load_floats<Arch>(k + c);
-          for (int g = 0; g < NG; ++g) acc[g] = xsimd::fma(B::load_unaligned(q + g * q_stride + c), kv, acc[g]);
+          B kv[R];
+          for (int r = 0; r < R; ++r) kv[r] = load_floats<Arch>(k[r] + c);
+          for (int g = 0; g < NG; ++g) {
+            B qv = B::load_unaligned(q + g * q_stride + c);
+            if constexpr (R > 1) keep_in_register(qv);
+            for (int r = 0; r < R; ++r) acc[r][g] = xsimd::fma(qv, kv[r], acc[r][g]);
+          }
         }
       } else {
-        for (int g = 0; g < NG; ++g)
+        static_assert(R == 1);
+        for (int g = 0; g < NG; ++g) {  // (a local sum per head: indexing acc[g] in this loop kept it in memory, GCC 12)
+          B sum(0.0f);
           for (int c = 0; c < dim_vec; c += W)
-            acc[g] = xsimd::fma(B::load_unaligned(q + g * q_stride + c), load_floats<Arch>(k + g * keys.group_stride + c), acc[g]);
+            sum = xsimd::fma(B::load_unaligned(q + g * q_stride + c), load_floats<Arch>(k[0] + g * keys.group_stride + c), sum);
+          acc[0][g] = sum;
+        }
       }
-      for (int g = 0; g < NG; ++g) partial[g][jj] = acc[g];
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < NG; ++g) partial[g][jj + r] = acc[r][g];
     }
     for (int g = 0; g < NG; ++g) sum_each<Arch>(partial[g]).store_unaligned(scores + g * kTile + j0);
     if (dim_vec < keys.dim)  // key dims past the last full vector: scalar (17, 40, 72, ...)
@@ -167,7 +242,7 @@ void score_tile(const float* q, int group, const KeyTile<T>& keys, float* scores
   for (int g0 = 0; g0 < group; g0 += kHeads) {
     KeyTile<T> block = keys;
     block.rows += g0 * keys.group_stride;
-    if (g0 > 0) block.next_count = 0;  // the first head block asked for the next tile
+    if (g0 > 0) block.next = nullptr;  // the first head block asks for the next tile
     with_count<kHeads>(std::min(kHeads, group - g0), [&](auto ng) {
       if (keys.group_stride == 0)
         score_rows<Arch, decltype(ng)::value, true>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
@@ -191,7 +266,7 @@ struct WeightIndex {
 /// Registers: NG*NC accumulators + NC values + 1 weight.
 template <class Arch, int NG, int NC, class T, bool ByToken>
 void accumulate_columns(const float* w, WeightIndex<ByToken> at, const T* rows, std::ptrdiff_t stride, int n, float* acc,
-                        int acc_stride, int c) {
+                        int acc_stride, int c, NextTile* next = nullptr) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
   B a[NG][NC];
@@ -199,6 +274,7 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, const T* rows, 
     for (int i = 0; i < NC; ++i) a[g][i] = B::load_unaligned(acc + g * acc_stride + c + i * W);
   for (int j = 0; j < n; ++j) {
     const T* r = rows + std::ptrdiff_t(j) * stride + c;
+    if (next) next->value_step();
     B v[NC];
     for (int i = 0; i < NC; ++i) v[i] = load_floats<Arch>(r + i * W);
     for (int g = 0; g < NG; ++g) {
@@ -216,7 +292,7 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, const T* rows, 
 /// block reads it.
 template <class Arch, class T, bool ByToken>
 void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T* rows, std::ptrdiff_t stride, int n, float* acc,
-                        int dim, int acc_stride = 0) {
+                        int dim, int acc_stride = 0, NextTile* next = nullptr) {
   if (acc_stride == 0) acc_stride = dim;
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   constexpr int kVectors = kVectorRegisters<Arch> == 32 ? 6 : 2;  // 6 x 4 + 4 + 1 = 29 of 32 registers
@@ -232,7 +308,7 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T*
       for (int g0 = 0; g0 < m; g0 += kVectors)
         with_count<kVectors>(std::min(kVectors, m - g0), [&](auto ng) {
           accumulate_columns<Arch, decltype(ng)::value, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * acc_stride,
-                                                            acc_stride, c);
+                                                            acc_stride, c, next);
         });
     }
   };
@@ -250,8 +326,9 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T*
 /// Decode's value half: acc[g][:] += sum_j p[g][j] row_j[:] for the `group` heads, p[g][j] at
 /// p[g * kTile + j].
 template <class Arch, class T>
-void accumulate_tile(const float* p, int group, const T* rows, std::ptrdiff_t stride, int n, float* acc, int dim) {
-  accumulate_weights<Arch>(p, WeightIndex<false>{}, group, rows, stride, n, acc, dim);
+void accumulate_tile(const float* p, int group, const T* rows, std::ptrdiff_t stride, int n, float* acc, int dim,
+                     NextTile* next = nullptr) {
+  accumulate_weights<Arch>(p, WeightIndex<false>{}, group, rows, stride, n, acc, dim, 0, next);
 }
 
 /// Decode's value half over an int8 tile (rows of codes, their scales after them: `layout`):
