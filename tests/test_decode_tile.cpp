@@ -3,7 +3,8 @@
 // checked bit for bit against the same row scored alone, and against a double dot product within
 // the float bound dim * u * sum |q k|. Group sizes 1-12 (two head blocks past 8), widths with a
 // scalar tail, tiles not a multiple of R; float and half keys; AVX2 and, where built, AVX-512.
-// And the paced prefetch cursor (NextTile) asks for every line of the next tile once.
+// And the paced prefetch cursor (NextTile) reaches every line of the next tile within a tile's
+// steps, whose count (value_steps_per_row) is the value pass's own.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -100,4 +101,33 @@ TEST_CASE("the next tile's paced asks reach every line within the tile's steps")
   whole.value_step();
   whole.ask_rest();
   CHECK(whole.row == 0);
+}
+
+namespace {
+
+/// accumulate_tile calls value_step value_steps_per_row times per row (the pacing's step count).
+template <class Arch>
+void check_value_steps() {
+  alignas(64) static char lines[1 << 20];
+  for (const int group : {1, 2, 6, 7, 12})
+    for (const int dim : {64, 72, 384}) {
+      const int n = 5;
+      std::vector<float> p(std::size_t(group) * kTile, 0.5f), rows(std::size_t(n) * dim, 1.0f), acc(std::size_t(group) * dim);
+      polyattn::exec::cpu::NextTile cursor{lines, 64, 64, int(sizeof lines / 64)};  // a line per row: row = lines asked
+      cursor.per_step = 1;
+      polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, rows.data(), dim, n, acc.data(), dim, &cursor);
+      INFO("group ", group, ", dim ", dim);
+      CHECK(cursor.row == n * polyattn::exec::cpu::value_steps_per_row<Arch>(group, dim));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("the value pass takes value_steps_per_row steps per row") {
+#if defined(__AVX2__) && defined(__FMA__)
+  SUBCASE("AVX2") { check_value_steps<xsimd::fma3<xsimd::avx2>>(); }
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  SUBCASE("AVX-512") { check_value_steps<xsimd::avx512bw>(); }
+#endif
 }

@@ -118,6 +118,8 @@ struct NextTile {
     const char* p = first + j * stride;
     for (int b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 1);
   }
+  /// Whether the value pass asks for part of the next tile.
+  bool paced() const { return per_step > 0; }
   /// A step of the value pass (paced only).
   void value_step() { ask_lines(per_step); }
   /// Every paced line not asked for yet.
@@ -286,6 +288,19 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, const T* rows, 
     for (int i = 0; i < NC; ++i) a[g][i].store_unaligned(acc + g * acc_stride + c + i * W);
 }
 
+/// Query vectors accumulate_weights takes in one pass over a column block: 6 x 4 accumulators
+/// + 4 values + 1 weight = 29 of 32 registers.
+template <class Arch>
+inline constexpr int kValueVectors = kVectorRegisters<Arch> == 32 ? 6 : 2;
+
+/// Passes of accumulate_tile over each row of a tile (each calls NextTile::value_step once per
+/// row): one per column block of 4 or 1 vectors and block of kValueVectors heads.
+template <class Arch>
+constexpr int value_steps_per_row(int group, int dim) {
+  constexpr int W = int(xsimd::batch<float, Arch>::size);
+  return (dim / (4 * W) + dim % (4 * W) / W) * ((group + kValueVectors<Arch> - 1) / kValueVectors<Arch>);
+}
+
 /// acc[g][:] += sum_j w(g, j) row_j[:] for `m` query vectors (weight (g, j) at w[at(g, j)]),
 /// row_j = rows + j * stride, `dim` columns, acc row stride `acc_stride` (0: dim). Column blocks
 /// outside, vector blocks inside: a column block of the tile's rows stays in L1 while every vector
@@ -294,8 +309,7 @@ template <class Arch, class T, bool ByToken>
 void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T* rows, std::ptrdiff_t stride, int n, float* acc,
                         int dim, int acc_stride = 0, NextTile* next = nullptr) {
   if (acc_stride == 0) acc_stride = dim;
-  constexpr int W = int(xsimd::batch<float, Arch>::size);
-  constexpr int kVectors = kVectorRegisters<Arch> == 32 ? 6 : 2;  // 6 x 4 + 4 + 1 = 29 of 32 registers
+  constexpr int W = int(xsimd::batch<float, Arch>::size), kVectors = kValueVectors<Arch>;
   const auto columns = [&](auto nc, int c) {
     constexpr int NC = decltype(nc)::value;
     if constexpr (ByToken) {  // prefill blocks: whole register blocks, then one vector at a time (fewer instantiations)

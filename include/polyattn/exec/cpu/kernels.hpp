@@ -157,23 +157,18 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
   int t = begin;
   while (t < end) {
     // Rows of this tile: up to the end of the run (a page), which is the same for every head.
-    const int n = std::min({end - t, kTile, store.run(spec.key_tensor, seq, t, first_head).count,
-                            store.run(spec.value_tensor, seq, t, first_head).count});
+    const auto first_keys = store.run(spec.key_tensor, seq, t, first_head);
+    const int n = std::min({end - t, kTile, first_keys.count, store.run(spec.value_tensor, seq, t, first_head).count});
     NextTile next;
-    bool paced_values = false;  // whether the value pass asks for part of the next tile
     if (t + n < end) {  // the next tile: the rest of this run, or the start of the next one (a page)
-      const auto keys = store.run(spec.key_tensor, seq, t, first_head);
-      const auto rest = n < keys.count ? decltype(keys){keys.data + std::ptrdiff_t(n) * keys.stride, keys.stride, keys.count - n}
-                                       : store.run(spec.key_tensor, seq, t + n, first_head);  // (no pointer past a run)
+      const auto rest = n < first_keys.count ? decltype(first_keys){first_keys.data + std::ptrdiff_t(n) * first_keys.stride,
+                                                                   first_keys.stride, first_keys.count - n}
+                                             : store.run(spec.key_tensor, seq, t + n, first_head);  // (no pointer past a run)
       next = {reinterpret_cast<const char*>(rest.data + read_begin), rest.stride * std::ptrdiff_t(sizeof(T)),
               (ask_end - read_begin) * int(sizeof(T)), std::min({n, rest.count, end - t - n})};
-      // Steps of the value pass per scored row when the values live in the key rows (SlimK2,
-      // XCache; NextTile): accumulate_weights' (column block of 4 or 1 vectors, kVectors heads).
-      constexpr int W = int(xsimd::batch<float, Arch>::size), kVectors = kVectorRegisters<Arch> == 32 ? 6 : 2;
-      const int value_steps =
-          int8 || separate_values ? 0 : (dv / (4 * W) + dv % (4 * W) / W) * ((G + kVectors - 1) / kVectors);
-      next.pace(value_steps);  // all of it asked for while the first head (h == 0) is worked on
-      paced_values = value_steps > 0;
+      // Paced over both passes only when the values live in the key rows (SlimK2, XCache; NextTile).
+      // All of it is asked for while the first head (h == 0) is worked on.
+      next.pace(int8 || separate_values ? 0 : value_steps_per_row<Arch>(G, dv));
     }
     for (int h = 0; h < heads; ++h) {
       const auto keys = store.run(spec.key_tensor, seq, t, first_head + h);
@@ -219,7 +214,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
           accumulate_int8_tile<Arch>(scores, G, values.data, values.stride, n, spec.value_scales, weights.data(), acc);
         } else {
           accumulate_tile<Arch>(scores, G, values.data + spec.value_offset, values.stride, n, acc, dv,
-                                paced_values ? tile.next : nullptr);
+                                next.paced() ? tile.next : nullptr);
         }
       } else {
         thread_local std::vector<float> decoded;  // int8: the tile decoded to floats (int8_tile.hpp)
