@@ -85,7 +85,8 @@ inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows)
 
 /// The next tile's rows, asked for while this tile is worked on, so that its reads overlap this
 /// tile's arithmetic. Where the values are rows of their own (MHA, GQA, MQA), row j of this
-/// tile's score pass asks for the next tile's row j whole (score_step). Where the values live in
+/// tile's score pass asks for the next tile's key row j whole (score_step), and for groups of 4
+/// heads or more its value row j too. Where the values live in
 /// the key rows (SlimK2, XCache: the value pass is half or more of a tile's work), the lines are
 /// asked for in order, a few per step of both passes (pace(), score_step, value_step): asking for
 /// each row whole while scoring put all of the next tile's misses behind the score pass, and with
@@ -103,6 +104,11 @@ struct NextTile {
   int count = 0;                // rows to ask for (0: nothing)
   int per_step = 0;             // paced: lines per step of work; 0: row j whole as row j is scored
   int row = 0, offset = 0;      // paced: the next line to ask for
+  // Value rows of their own, asked for row j with key row j (unpaced only; nullptr: none): see
+  // attend_chunk for which groups.
+  const char* value_first = nullptr;
+  std::ptrdiff_t value_stride = 0;
+  int value_bytes = 0;
 
   /// Paces the asks over the count * (1 + value_steps) steps of a tile (value_steps per scored
   /// row); value_steps 0: row by row as the rows are scored.
@@ -117,6 +123,9 @@ struct NextTile {
     if (j >= count) return;
     const char* p = first + j * stride;
     for (int b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 1);
+    if (!value_first) return;
+    const char* v = value_first + j * value_stride;
+    for (int b = 0; b < value_bytes; b += 64) __builtin_prefetch(v + b, 0, 1);
   }
   /// Whether the value pass asks for part of the next tile.
   bool paced() const { return per_step > 0; }
