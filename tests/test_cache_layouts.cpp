@@ -212,3 +212,47 @@ TEST_CASE("a contiguous layout's capacity is resident only where rows are writte
   CHECK(control >= 240 * kMiB);
 #endif
 }
+
+using polyattn::testing::huge_page_bytes;
+using polyattn::testing::huge_page_mode;
+
+// CacheConfig::huge_pages: the rows a store commits come as 2 MiB pages where the system's
+// transparent huge pages allow it; without it, in "madvise" mode, they stay 4 KiB pages. 16 MiB
+// of rows are written, so at least the 2 MiB pages wholly inside them (12 MiB) can be huge.
+template <class Layout>
+long long huge_bytes_after_writing(bool huge_pages) {
+  const std::vector<TensorSpec> specs{TensorSpec{8, 64}, TensorSpec{8, 64}};  // 4 KiB a token
+  const long long before = huge_page_bytes();
+  CacheStore<Layout, float> store(specs, {.max_sequences = 4, .capacity = 2048, .huge_pages = huge_pages});
+  const int seq = store.open();
+  const int first = store.grow(seq, 2048);  // 8 MiB of rows per sequence
+  const int other = store.open();
+  store.grow(other, 2048);
+  for (int s : {seq, other})
+    for (int t = 0; t < 2048; ++t)
+      for (int tensor = 0; tensor < 2; ++tensor)
+        for (int h = 0; h < 8; ++h) std::fill_n(store.row(tensor, s, first + t, h), 64, float(t));
+  CHECK(store.row(1, other, first + 2047, 7)[63] == 2047.0f);
+  return huge_page_bytes() - before;
+}
+
+TEST_CASE_TEMPLATE("huge_pages backs a store's rows with 2 MiB pages where the system allows", Layout, Hnd, Nhd, Paged<16>) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  MESSAGE("skipped: the sanitizers' allocators place and map memory their own way");
+#else
+  const std::string mode = huge_page_mode();
+  if (mode.empty() || mode == "never" || huge_page_bytes() < 0) {
+    MESSAGE("skipped: transparent huge pages are off or not visible (mode '", mode, "')");
+    return;
+  }
+  constexpr long long kMiB = 1 << 20;
+  const long long huge = huge_bytes_after_writing<Layout>(true);
+  MESSAGE("16 MiB of rows with huge_pages (THP mode ", mode, "): ", huge / kMiB, " MiB in huge pages");
+  CHECK(huge >= 12 * kMiB);
+  if (mode == "madvise") {  // only asked-for memory gets huge pages
+    const long long plain = huge_bytes_after_writing<Layout>(false);
+    MESSAGE("without huge_pages: ", plain / kMiB, " MiB in huge pages");
+    CHECK(plain < 2 * kMiB);
+  }
+#endif
+}

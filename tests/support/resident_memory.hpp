@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <string>
 
 namespace polyattn::testing {
 
@@ -14,6 +15,29 @@ inline long long resident_bytes() {
   long long size = 0, resident = -1;
   if (!(statm >> size >> resident)) return -1;
   return resident * sysconf(_SC_PAGESIZE);
+}
+
+/// Bytes of this process's anonymous memory mapped as transparent huge pages (Linux
+/// /proc/self/smaps_rollup, AnonHugePages), or -1 where it cannot be read.
+inline long long huge_page_bytes() {
+  std::ifstream rollup("/proc/self/smaps_rollup");
+  std::string key;
+  long long kib = 0;
+  while (rollup >> key) {
+    if (key == "AnonHugePages:" && rollup >> kib) return kib * 1024;
+    rollup.ignore(1 << 20, '\n');
+  }
+  return -1;
+}
+
+/// The system's transparent huge page mode ("always", "madvise" or "never"), or "" where it
+/// cannot be read.
+inline std::string huge_page_mode() {
+  std::ifstream enabled("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string word;
+  while (enabled >> word)
+    if (word.size() > 2 && word.front() == '[' && word.back() == ']') return word.substr(1, word.size() - 2);
+  return "";
 }
 
 }  // namespace polyattn::testing

@@ -51,7 +51,7 @@ class ContiguousStore {
       strides_.push_back(Layout::strides(spec, config.capacity));
       const std::uint64_t slots = std::uint64_t(config.max_sequences) * std::uint64_t(config.capacity);  // both in [1, 2^31)
       const std::size_t n = detail::cache_buffer_elements<T>(slots, spec);
-      data_.emplace_back(n);
+      data_.emplace_back(n, config.huge_pages);
       if (poison_) std::fill_n(data_.back().data(), n, poison_value());
     }
   }

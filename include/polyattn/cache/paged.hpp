@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "polyattn/cache/buffer_size.hpp"
+#include "polyattn/cache/huge_pages.hpp"
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/cache/sequence_table.hpp"
 #include "polyattn/cache/tensor_strides.hpp"
@@ -53,6 +54,8 @@ class CacheStore<Paged<PageSize>, T> {
       specs_.push_back(spec);
       strides_.push_back(Paged<PageSize>::strides(spec, PageSize));
       pool_.emplace_back().reserve(detail::cache_buffer_elements<T>(std::uint64_t(n_pages_) * PageSize, spec));
+      if (config.huge_pages)  // the reserved capacity is not touched yet: pages committed later come as 2 MiB pages
+        detail::advise_huge_pages(pool_.back().data(), pool_.back().capacity() * sizeof(T));
     }
     references_.assign(std::size_t(n_pages_), 0);
     stamps_.assign(std::size_t(n_pages_), 0);

@@ -4,6 +4,8 @@
 // space until rows are written, not resident memory. (A std::vector<T>(n, T(0)) writes every
 // element and commits it all.) Only for element types whose all-zero bytes are the value zero:
 // float, double, Eigen::half, Eigen::bfloat16 and int8 (codes 0, scales 0.0f).
+// With huge_pages the OS is asked for 2 MiB pages (huge_pages.hpp): memory is then committed 2 MiB
+// at a time as rows are written.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +13,8 @@
 #include <memory>
 #include <new>
 #include <type_traits>
+
+#include "polyattn/cache/huge_pages.hpp"
 
 namespace polyattn::detail {
 
@@ -21,8 +25,10 @@ class ZeroedBuffer {
  public:
   ZeroedBuffer() = default;
   /// n elements of value zero; std::bad_alloc when the allocator refuses.
-  explicit ZeroedBuffer(std::size_t n) : data_(n == 0 ? nullptr : static_cast<T*>(std::calloc(n, sizeof(T)))), size_(n) {
+  explicit ZeroedBuffer(std::size_t n, bool huge_pages = false)
+      : data_(n == 0 ? nullptr : static_cast<T*>(std::calloc(n, sizeof(T)))), size_(n) {
     if (n > 0 && !data_) throw std::bad_alloc();
+    if (huge_pages && n > 0) advise_huge_pages(data_.get(), n * sizeof(T));
   }
 
   T* data() { return data_.get(); }

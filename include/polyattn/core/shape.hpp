@@ -34,6 +34,9 @@ struct CacheConfig {
   int pool_chunk_pages = 0;  ///< paged layouts: pages the pool commits at a time when a sequence needs more; 0 = one
                              ///< sequence at full capacity. Memory follows the pages in use, not the limit
   bool poison_unused = false;  ///< fill unused and freed rows with NaN, so a read past the end shows
+  bool huge_pages = false;     ///< ask the OS for 2 MiB pages (Linux: madvise(MADV_HUGEPAGE), cache/huge_pages.hpp):
+                               ///< fewer TLB misses when a step streams a long cache, but a contiguous layout's
+                               ///< reserved capacity is then committed 2 MiB, not 4 KiB, at a time as rows are written
 };
 
 /// Memory of a cache (Attention::cache_memory). `held` counts each row once, however many
