@@ -21,7 +21,7 @@ void BM_Decode(benchmark::State& state) {
   const AttentionShape shape{int(state.range(0)), 64};
   const int length = int(state.range(1)), batch = int(state.range(2));
   using A = Attention<Variant, Layout, exec::CpuSimd>;
-  A attn(shape, {.max_sequences = batch, .capacity = length}, {}, 0);
+  A attn(shape, {.max_sequences = batch, .capacity = length, .huge_pages = true}, {}, 0);
   std::vector<int> seqs;
   for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
 

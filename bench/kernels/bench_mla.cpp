@@ -39,7 +39,7 @@ void BM_LatentDecode(benchmark::State& state) {
   const int length = int(state.range(1)), batch = int(state.range(2));
   using A = Attention<Variant, Nhd, exec::CpuSimd>;
   std::mt19937 rng(42);
-  A attn(shape, {.max_sequences = batch, .capacity = A::cache_rows_for(length)}, Inputs<Variant>::params(shape, rng), 0);
+  A attn(shape, {.max_sequences = batch, .capacity = A::cache_rows_for(length), .huge_pages = true}, Inputs<Variant>::params(shape, rng), 0);
   std::vector<int> seqs;
   for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
   const Inputs<Variant> block(shape, rng);

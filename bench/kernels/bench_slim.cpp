@@ -56,7 +56,7 @@ void BM_SelfDecode(benchmark::State& state) {
   std::mt19937 rng(42);
   const MhaWeights w = random_weights(d, rng);
   using A = Attention<V, Nhd, exec::CpuSimd>;
-  A attn(shape, {.max_sequences = batch, .capacity = length}, params_for<V>(w, shape), 0);
+  A attn(shape, {.max_sequences = batch, .capacity = length, .huge_pages = true}, params_for<V>(w, shape), 0);
   std::vector<int> seqs;
   for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
 

@@ -32,7 +32,7 @@ void BM_DecodeVariant(benchmark::State& state) {
   }
   std::mt19937 rng(42);
   const Inputs<V> inputs(shape, rng);
-  A attn(shape, {.max_sequences = batch, .capacity = length}, Inputs<V>::params(shape, rng), 0);
+  A attn(shape, {.max_sequences = batch, .capacity = length, .huge_pages = true}, Inputs<V>::params(shape, rng), 0);
   std::vector<int> seqs;
   for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
   fill_cache(attn, seqs, length, [&](A& a, int seq, int n) { a.append(seq, inputs.rows(n)); });
