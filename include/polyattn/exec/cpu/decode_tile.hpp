@@ -121,11 +121,8 @@ struct NextTile {
   void score_step(int j) {
     if (per_step > 0) return ask_lines(per_step);
     if (j >= count) return;
-    const char* p = first + j * stride;
-    for (int b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 1);
-    if (!value_first) return;
-    const char* v = value_first + j * value_stride;
-    for (int b = 0; b < value_bytes; b += 64) __builtin_prefetch(v + b, 0, 1);
+    ask_row(first + j * stride, bytes);
+    if (value_first) ask_row(value_first + j * value_stride, value_bytes);
   }
   /// Whether the value pass asks for part of the next tile.
   bool paced() const { return per_step > 0; }
@@ -137,6 +134,9 @@ struct NextTile {
   }
 
  private:
+  static void ask_row(const char* p, int bytes) {
+    for (int b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 1);
+  }
   void ask_lines(int lines) {
     for (; lines > 0 && row < count; --lines) {
       __builtin_prefetch(first + row * stride + offset, 0, 1);

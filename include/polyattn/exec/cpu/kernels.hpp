@@ -154,6 +154,16 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
   // With adjacent heads, the next tile is asked for from the first head's row to the last's.
   int ask_end = read_end;
   if constexpr (heads_adjacent<Store>()) ask_end += (heads - 1) * store.tensors()[std::size_t(spec.key_tensor)].dim;
+  // Separate value rows read by 4 heads or more (MQA) are asked for with the keys: perf put half
+  // of the value pass on the first loads of each value row, which the hardware prefetchers did
+  // not cover. So asked, int8 ran 1.05-1.19x faster in two A/Bs, f16 1.06-1.15x in one and within
+  // the noise in the other, f32 within the noise (AMD EPYC Zen 4, Hnd, L 65536, batch 16, three
+  // alternated rounds each, best of 8). With MHA's and GQA<2>'s shorter tiles the extra asks ran
+  // slower (1.1x on MHA f32), so they are left as they were. The part of a value row read: its
+  // values (an int8 row: codes and scales, the whole stored row).
+  const bool ask_values = separate_values && G >= 4;
+  const int value_begin = int8 ? 0 : spec.value_offset;
+  const int value_end = int8 ? spec.value_scales.stored_elements() : spec.value_offset + dv;
   int t = begin;
   while (t < end) {
     // Rows of this tile: up to the end of the run (a page), which is the same for every head.
@@ -169,16 +179,8 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       // Paced over both passes only when the values live in the key rows (SlimK2, XCache; NextTile).
       // All of it is asked for while the first head (h == 0) is worked on.
       next.pace(int8 || separate_values ? 0 : value_steps_per_row<Arch>(G, dv));
-      // Separate value rows read by 4 heads or more (MQA): perf put half of the value pass on
-      // the first loads of each value row, which the hardware prefetchers did not cover. Asked
-      // for with the keys, int8 ran 1.05-1.19x faster in two A/Bs, f16 1.06-1.15x in one and
-      // within the noise in the other, f32 within the noise (AMD EPYC Zen 4, Hnd, L 65536, batch
-      // 16, three alternated rounds each, best of 8). With MHA's and GQA<2>'s shorter tiles the
-      // extra asks ran slower (1.1x on MHA f32), so they are left as they were.
-      if (separate_values && G >= 4) {
+      if (ask_values) {
         const auto values = store.run(spec.value_tensor, seq, t + n, first_head);
-        const int value_begin = int8 ? 0 : spec.value_offset;  // (an int8 row: codes and scales)
-        const int value_end = int8 ? spec.value_scales.stored_elements() : spec.value_offset + dv;
         next.value_first = reinterpret_cast<const char*>(values.data + value_begin);
         next.value_stride = values.stride * std::ptrdiff_t(sizeof(T));
         next.value_bytes = (value_end - value_begin) * int(sizeof(T));
