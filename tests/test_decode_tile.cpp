@@ -1,5 +1,6 @@
 // The decode tile's score pass (exec/cpu/decode_tile.hpp) scores R rows at a time for a group of
-// heads that shares a key. A row's scores must not depend on which rows share its block: each is
+// heads, whether they share a key or each reads its own slice of the row (SlimK2). A row's scores
+// must not depend on which rows share its block: each is
 // checked bit for bit against the same row scored alone, and against a double dot product within
 // the float bound dim * u * sum |q k|. Group sizes 1-12 (two head blocks past 8), widths with a
 // scalar tail, tiles not a multiple of R; float and half keys; AVX2 and, where built, AVX-512.

@@ -192,10 +192,15 @@ constexpr int rows_per_block() {
 template <class Arch, int NG, bool SharedKey, class T>
 void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys, float* scores) {
   using B = xsimd::batch<float, Arch>;
-  // (a block of rows only where a key serves 4 heads or more: for one head, or SlimK2's slices,
-  // no query vector is shared by R rows' multiply-adds, and with GQA's 2 heads the 4 interleaved
-  // rows ran 1.1x slower, on Hnd at L 65536, batch 16)
-  constexpr int W = int(B::size), R = SharedKey && NG >= 4 ? rows_per_block<Arch, NG>() : 1;
+  // A shared key: a block of rows only where it serves 4 heads or more (with GQA's 2 heads the 4
+  // interleaved rows ran 1.1x slower, Hnd, L 65536, batch 16). Head slices (SlimK2): 2 rows, each
+  // query vector loaded once for both, and 2 x NG independent sums instead of one chain of
+  // dim / W multiply-adds per head, on which perf put most of SlimK2's score pass. In three
+  // alternated rounds (AMD EPYC Zen 4, Hnd, batch 16, best of 5) 2 rows ran SlimK2 f16 1.04-1.21x
+  // and int8 1.02-1.16x faster than one, at L 1500 and 65536 (6 of 6 each); f32 within the noise.
+  // 4 rows did no better than 2.
+  constexpr int W = int(B::size);
+  constexpr int R = SharedKey ? (NG >= 4 ? rows_per_block<Arch, NG>() : 1) : std::min(2, rows_per_block<Arch, NG>());
   const int dim_vec = keys.dim / W * W;
   alignas(64) B partial[NG][W];
   for (int j0 = 0; j0 < keys.count; j0 += W) {
@@ -219,14 +224,13 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
             for (int r = 0; r < R; ++r) acc[r][g] = xsimd::fma(qv, kv[r], acc[r][g]);
           }
         }
-      } else {
-        static_assert(R == 1);
-        for (int g = 0; g < NG; ++g) {  // (a local sum per head: indexing acc[g] in this loop kept it in memory, GCC 12)
-          B sum(0.0f);
-          for (int c = 0; c < dim_vec; c += W)
-            sum = xsimd::fma(B::load_unaligned(q + g * q_stride + c), load_floats<Arch>(k[0] + g * keys.group_stride + c), sum);
-          acc[0][g] = sum;
-        }
+      } else {  // head g's slice of row r at k[r] + g * group_stride
+        for (int c = 0; c < dim_vec; c += W)
+          for (int g = 0; g < NG; ++g) {
+            B qv = B::load_unaligned(q + g * q_stride + c);
+            if constexpr (R > 1) keep_in_register(qv);
+            for (int r = 0; r < R; ++r) acc[r][g] = xsimd::fma(qv, load_floats<Arch>(k[r] + g * keys.group_stride + c), acc[r][g]);
+          }
       }
       for (int r = 0; r < R; ++r)
         for (int g = 0; g < NG; ++g) partial[g][jj + r] = acc[r][g];
