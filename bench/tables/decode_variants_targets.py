@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Checks bench_decode_variants runs against the CPU kernel issue's targets, over the
+DRAM-resident cases only (the cache a step reads is at least twice the last-level cache that the
+run's JSON context reports): each case's fraction of its roofline (target: at least 0.80), and,
+where both cases of a pair are memory-bound in every run, their time ratio against their byte
+ratio (target: within 15%): SlimK2, XCache and MQA against MHA, 16-bit against float.
+With several runs (e.g. two runs of the same binary on a VM whose bandwidth drifts) each figure
+is the range over the runs, each run's median of repetitions; a target counts as met only where
+every run meets it. Usage: decode_variants_targets.py run.json [run.json ...]"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from decode_variants_table import VARIANTS, load  # noqa: E402
+
+PAIRS = [("SlimK2", "Mha"), ("XCache", "Mha"), ("Mqa", "Mha")]
+ROOF_TARGET, RATIO_TOLERANCE = 0.80, 0.15
+
+
+def last_level_cache(path):
+    caches = json.load(open(path))["context"].get("caches", [])
+    return max((c["size"] for c in caches), default=0)
+
+
+def span(values, digits=2):
+    lo, hi = min(values), max(values)
+    return f"{lo:.{digits}f}" if f"{lo:.{digits}f}" == f"{hi:.{digits}f}" else f"{lo:.{digits}f}-{hi:.{digits}f}"
+
+
+def mark(oks):
+    return " ok" if all(oks) else (" (ok)" if any(oks) else "")
+
+
+def main(paths):
+    loaded = [load(p) for p in paths]
+    llc = min(last_level_cache(p) for p in paths)
+    runs = [r for _, r in loaded]
+    # DRAM-resident cases present in every run
+    keys = sorted(k for k in runs[0] if all(k in r for r in runs) and runs[0][k]["MB_per_step"] * 1e6 >= 2 * llc)
+    probes = [float(c.get("read_probe_GB_per_s", 0)) for c, _ in loaded]
+    fmas = [float(c.get("fma_probe_GFMA_per_s", 0)) for c, _ in loaded]
+    print(f"CPU: {loaded[0][0].get('cpu_model')}; {len(paths)} run(s); last-level cache {llc / 2**20:.0f} MiB, so "
+          f"DRAM-resident means at least {2 * llc / 1e6:.0f} MB per step; read probe {span(probes, 1)} GB/s, "
+          f"FMA probe {span(fmas, 1)} GFMA/s\n")
+    shapes = sorted({k[:4] for k in keys})
+    print(f"Fraction of roofline, its range over the runs; M: memory-bound, C: compute-bound; "
+          f"ok: at least {ROOF_TARGET:.2f} in every run, (ok): in some:\n")
+    print("| layout | T | L | batch | " + " | ".join(VARIANTS) + " |")
+    print("|" + "---|" * (4 + len(VARIANTS)))
+    for shape in shapes:
+        cells = []
+        for v in VARIANTS:
+            if shape + (v,) not in keys:
+                cells.append("-")
+                continue
+            cases = [r[shape + (v,)] for r in runs]
+            fractions = [c["of_roofline"] for c in cases]
+            roofs = "".join(sorted({"M" if c["memory_bound"] else "C" for c in cases}))
+            cells.append(f"{span(fractions)} {roofs}{mark([f >= ROOF_TARGET for f in fractions])}")
+        print(f"| {' | '.join(str(x) for x in shape)} | " + " | ".join(cells) + " |")
+
+    def ratio(a, b):
+        """Time ratio a / b (range), the byte ratio, and whether it is within the tolerance."""
+        if a not in keys or b not in keys:
+            return "-"
+        byte_ratio = runs[0][a]["MB_per_step"] / runs[0][b]["MB_per_step"]
+        times = [r[a]["real_time"] / r[b]["real_time"] for r in runs]
+        cell = f"{span(times)} [{byte_ratio:.2f}]"
+        if not all(r[a]["memory_bound"] and r[b]["memory_bound"] for r in runs):
+            return cell + " C"
+        return cell + mark([abs(t / byte_ratio - 1) <= RATIO_TOLERANCE for t in times])
+
+    print(f"\nTime ratios [byte ratios]; ok: within {RATIO_TOLERANCE:.0%} of the byte ratio in every run, "
+          f"(ok): in some; C: a case of the pair is compute-bound (no bandwidth target):\n")
+    print("| layout | T | L | batch | " + " | ".join(f"{v}/{b}" for v, b in PAIRS) + " | "
+          + " | ".join(f"{v} T/f32" for v in VARIANTS) + " |")
+    print("|" + "---|" * (4 + len(PAIRS) + len(VARIANTS)))
+    for layout, element, length, batch in shapes:
+        cells = [ratio((layout, element, length, batch, v), (layout, element, length, batch, b)) for v, b in PAIRS]
+        for v in VARIANTS:
+            cells.append(ratio((layout, element, length, batch, v), (layout, "f32", length, batch, v))
+                         if element in ("f16", "bf16") else "-")
+        print(f"| {layout} | {element} | {length} | {batch} | " + " | ".join(cells) + " |")
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1:])
