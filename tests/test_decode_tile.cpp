@@ -1,11 +1,11 @@
 // The decode tile's score pass (exec/cpu/decode_tile.hpp) scores R rows at a time for a group of
 // heads, whether they share a key or each reads its own slice of the row (SlimK2). A row's scores
-// must not depend on which rows share its block: each is
-// checked bit for bit against the same row scored alone, and against a double dot product within
-// the float bound dim * u * sum |q k|. Group sizes 1-12 (two head blocks past 8), widths with a
+// must not depend on which rows share its block: each is checked bit for bit against the same
+// row scored alone, and against a double dot product within the float bound dim * u * sum |q k|. Group sizes 1-12 (two head blocks past 8), widths with a
 // scalar tail, tiles not a multiple of R; float and half keys; AVX2 and, where built, AVX-512.
 // And the paced prefetch cursor (NextTile) reaches every line of the next tile within a tile's
-// steps, whose count (value_steps_per_row) is the value pass's own.
+// steps, whose count (value_steps_per_row) is the value pass's own, value rows and several heads'
+// passes included.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -94,6 +94,26 @@ TEST_CASE("the next tile's paced asks reach every line within the tile's steps")
       while (next.row < next.count && steps < next.count * (1 + value_steps)) next.value_step(), ++steps;
       CHECK(next.row == next.count);
       CHECK(next.offset == 0);
+    }
+  // Adjacent heads with value rows of their own (Nhd MHA/GQA): the key rows, then the value rows,
+  // over the steps of every head's passes.
+  alignas(64) static char values[10 * 2048];
+  for (const int heads : {2, 6})
+    for (const int value_steps : {1, 2}) {
+      polyattn::exec::cpu::NextTile next{rows, 2048, heads * 256, 10};
+      next.value_first = values, next.value_stride = 2048, next.value_bytes = heads * 256 - 64;
+      next.pace(value_steps, heads);
+      INFO("heads ", heads, ", value steps per row ", value_steps);
+      int steps = 0;
+      for (int h = 0; h < heads; ++h)
+        for (int j = 0; j < next.count; ++j) {
+          next.score_step(j), ++steps;
+          for (int v = 0; v < value_steps; ++v) next.value_step(), ++steps;
+        }
+      CHECK(steps == heads * next.count * (1 + value_steps));
+      CHECK(next.row == next.count);
+      CHECK(next.value_row == next.count);
+      CHECK(next.value_offset == 0);
     }
   polyattn::exec::cpu::NextTile whole{rows, 2048, 1536, 10};
   whole.pace(0);  // unpaced: row j whole as row j is scored, no cursor

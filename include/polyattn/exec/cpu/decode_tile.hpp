@@ -97,6 +97,11 @@ inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows)
 /// the value pass (1.1x slower than in order). It also finds the next page of Paged<P>, which the
 /// hardware prefetchers cannot guess. Lines go into L2 only (prefetcht2): a tile of XCache rows
 /// is 96 KiB, more than L1, and prefetches into L1 ran 1.1-1.2x slower on SlimK2 and XCache.
+/// Where a token's heads are adjacent (Nhd) and the values are rows of their own (MHA, GQA), the
+/// next tile's key rows, then its value rows, all heads' parts, are paced over the steps of every
+/// head's passes (pace(value_steps, heads)): asked whole while the first head was scored, the key
+/// rows of all heads came as one burst and the value rows not at all, and Nhd ran MHA and GQA at
+/// about half of Hnd's speed.
 struct NextTile {
   const char* first = nullptr;  // the next tile's first row (its first byte read)
   std::ptrdiff_t stride = 0;    // bytes between its rows
@@ -104,17 +109,20 @@ struct NextTile {
   int count = 0;                // rows to ask for (0: nothing)
   int per_step = 0;             // paced: lines per step of work; 0: row j whole as row j is scored
   int row = 0, offset = 0;      // paced: the next line to ask for
-  // Value rows of their own, asked for row j with key row j (unpaced only; nullptr: none): see
-  // attend_chunk for which groups.
+  // Value rows of their own (nullptr: none; see attend_chunk for which groups): unpaced, value
+  // row j is asked for with key row j; paced, after the last key row, in order.
   const char* value_first = nullptr;
   std::ptrdiff_t value_stride = 0;
   int value_bytes = 0;
+  int value_row = 0, value_offset = 0;  // paced: the next value line to ask for
 
-  /// Paces the asks over the count * (1 + value_steps) steps of a tile (value_steps per scored
-  /// row); value_steps 0: row by row as the rows are scored.
-  void pace(int value_steps) {
+  /// Paces the asks (key rows, then value rows if any) over the heads * count * (1 + value_steps)
+  /// steps of a tile (value_steps per scored row, for each of `heads` heads); value_steps 0: row
+  /// by row as the rows are scored.
+  void pace(int value_steps, int heads = 1) {
     if (value_steps == 0) return void(per_step = 0);
-    const int lines = count * ((bytes + 63) / 64), steps = count * (1 + value_steps);
+    const int lines = count * ((bytes + 63) / 64 + (value_first ? (value_bytes + 63) / 64 : 0));
+    const int steps = heads * count * (1 + value_steps);
     per_step = (lines + steps - 1) / steps;
   }
   /// Row j of this tile is being scored.
@@ -142,6 +150,12 @@ struct NextTile {
       __builtin_prefetch(first + row * stride + offset, 0, 1);
       offset += 64;
       if (offset >= bytes) offset = 0, ++row;
+    }
+    if (!value_first) return;
+    for (; lines > 0 && value_row < count; --lines) {
+      __builtin_prefetch(value_first + value_row * value_stride + value_offset, 0, 1);
+      value_offset += 64;
+      if (value_offset >= value_bytes) value_offset = 0, ++value_row;
     }
   }
 };
