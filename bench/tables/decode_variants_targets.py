@@ -7,7 +7,6 @@ ratio (target: within 15%): SlimK2, XCache and MQA against MHA, 16-bit against f
 With several runs (e.g. two runs of the same binary on a VM whose bandwidth drifts) each figure
 is the range over the runs, each run's median of repetitions; a target counts as met only where
 every run meets it. Usage: decode_variants_targets.py run.json [run.json ...]"""
-import json
 import os
 import sys
 
@@ -18,9 +17,8 @@ PAIRS = [("SlimK2", "Mha"), ("XCache", "Mha"), ("Mqa", "Mha")]
 ROOF_TARGET, RATIO_TOLERANCE = 0.80, 0.15
 
 
-def last_level_cache(path):
-    caches = json.load(open(path))["context"].get("caches", [])
-    return max((c["size"] for c in caches), default=0)
+def last_level_cache(context):
+    return max((c["size"] for c in context.get("caches", [])), default=0)
 
 
 def span(values, digits=2):
@@ -34,7 +32,7 @@ def mark(oks):
 
 def main(paths):
     loaded = [load(p) for p in paths]
-    llc = min(last_level_cache(p) for p in paths)
+    llc = min(last_level_cache(c) for c, _ in loaded)
     runs = [r for _, r in loaded]
     # DRAM-resident cases present in every run
     keys = sorted(k for k in runs[0] if all(k in r for r in runs) and runs[0][k]["MB_per_step"] * 1e6 >= 2 * llc)
