@@ -10,6 +10,7 @@
 #include <polyattn/cache/paged.hpp>
 #include <polyattn/exec/cuda/device_layout.hpp>
 #include <polyattn/exec/cuda/mirror_plan.hpp>
+#include <polyattn/exec/cuda/query_blocks.hpp>
 #include <polyattn/exec/cuda/tile_plan.hpp>
 
 #include "support/attend_spec.hpp"
@@ -314,4 +315,58 @@ TEST_CASE("the tiled decode kernel takes aligned rows that fit its shared memory
   CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 1600, 0, 0, 1024), rows({1600}), sizeof(float)));
   CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 64, 1, 0, 1100), rows({64, 1100}), sizeof(float)));
   CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 64, 5, 0, 64), rows({64, 64}), sizeof(float)));  // no such tensor
+}
+
+TEST_CASE("the prefill kernel takes rows in runs of one sequence, 32 a block, each block over its rows' tokens") {
+  const AttendSpec mha = attend_spec(2, 1, 0, 0, 64, 1, 0, 64);
+  // A causal chunk of 70 rows after 100 cached tokens, then 9 rows of another sequence, full.
+  std::vector<DeviceJob> jobs;
+  for (int i = 0; i < 70; ++i) jobs.push_back({3, 0, 100 + i + 1});
+  for (int i = 0; i < 9; ++i) jobs.push_back({1, 0, 9});
+  const auto blocks = plan_query_blocks(mha, jobs);
+  REQUIRE(blocks);
+  REQUIRE(blocks->size() == 4);
+  const QueryBlock expected[] = {{0, 32, 3, 0, 132}, {32, 32, 3, 0, 164}, {64, 6, 3, 0, 170}, {70, 9, 1, 0, 9}};
+  for (std::size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    const QueryBlock& b = (*blocks)[i];
+    CHECK(b.first_job == expected[i].first_job);
+    CHECK(b.rows == expected[i].rows);
+    CHECK(b.seq == expected[i].seq);
+    CHECK(b.key_first == expected[i].key_first);
+    CHECK(b.key_end == expected[i].key_end);
+  }
+
+  // A sliding window's ranges: the block spans from its first row's first token to its last row's
+  // end; rows that see nothing widen nothing.
+  std::vector<DeviceJob> window{{0, 0, 0}, {0, 0, 0}};
+  for (int i = 0; i < 30; ++i) window.push_back({0, std::max(0, i + 1 - 8), i + 1});
+  const auto windowed = plan_query_blocks(mha, window);
+  REQUIRE(windowed);
+  REQUIRE(windowed->size() == 1);
+  CHECK(windowed->front().key_first == 0);
+  CHECK(windowed->front().key_end == 30);
+  std::vector<DeviceJob> late{{0, 5, 5}};
+  for (int i = 0; i < 10; ++i) late.push_back({0, 40 + i, 50 + i});
+  REQUIRE(plan_query_blocks(mha, late));
+  CHECK(plan_query_blocks(mha, late)->front().key_first == 40);
+  CHECK(plan_query_blocks(mha, late)->front().key_end == 59);
+
+  // Refused: a decode batch (one row a sequence), fewer than 8 rows a block on average, fewer
+  // than 8 rows in all, rows wider than 256.
+  std::vector<DeviceJob> decode;
+  for (int s = 0; s < 64; ++s) decode.push_back({s, 0, 4096});
+  CHECK_FALSE(plan_query_blocks(mha, decode));
+  std::vector<DeviceJob> short_runs;
+  for (int s = 0; s < 16; ++s)
+    for (int i = 0; i < 7; ++i) short_runs.push_back({s, 0, i + 1});
+  CHECK_FALSE(plan_query_blocks(mha, short_runs));
+  CHECK_FALSE(plan_query_blocks(mha, std::span(jobs).first(7)));
+  CHECK(plan_query_blocks(attend_spec(1, 1, 0, 0, 256, 1, 0, 256), jobs));
+  CHECK_FALSE(plan_query_blocks(attend_spec(1, 6, 0, 0, 384, 0, 0, 384), jobs));
+  CHECK_FALSE(plan_query_blocks(attend_spec(1, 1, 0, 0, 64, 1, 0, 512), jobs));
+
+  // Shared memory: 32 queries of 64, 32 key rows of 65, 32 value rows of 64, 32 x 32 weights.
+  CHECK(prefill_shared_bytes(mha) == (32 * 64 + 32 * 65 + 32 * 64 + 32 * 32) * sizeof(float));
+  CHECK(prefill_key_stride(45) == 49);
 }

@@ -13,9 +13,13 @@
 // Without a CUDA device the GPU cases are skipped with a message; the host-only cases still run.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <polyattn/attention.hpp>
@@ -323,6 +327,100 @@ TEST_CASE_TEMPLATE("cuda: the general kernel, forced, matches the Reference exec
   check_spec_against_reference<Layout>({{2, 40}}, attend_spec(2, 3, 0, 0, 40, 0, 0, 40), general);
   check_spec_against_reference<Layout>({{1, 576}}, attend_spec(1, 16, 0, 0, 576, 0, 0, 512), general);
   check_spec_against_reference<Layout>({{2, 64}, {2, 64}}, attend_spec(2, 1, 0, 0, 64, 1, 0, 64), general);
+}
+
+namespace {
+
+/// A prefill through the primitive in one call over two sequences (a ragged batch): sequence a
+/// holds `cached` tokens and then the `n` rows' own, which row i sees causally (the cached ones
+/// and new ones up to i) or fully; sequence b, 37 rows causally. Unused capacity is NaN. With a
+/// sliding window, the value of a's first token is +inf: rows whose window has left it must not
+/// read it (0 * inf), and only those rows of a are compared. exec::Cuda (the prefill kernel, or
+/// the general one when forced) against exec::Reference.
+template <class Layout, class KeyMaskT = PrefixMask>
+void check_prefill_against_reference(const std::vector<TensorSpec>& tensors, const AttendSpec& spec, int cached, int n, Mask mask,
+                                     exec::Cuda::Kernel kernel = exec::Cuda::Kernel::automatic) {
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  const int n_b = 37;
+  CacheStore<Layout, float> store(tensors, {.max_sequences = 2, .capacity = std::max(cached + n, n_b) + 3, .poison_unused = true});
+  const int a = store.open(), b = store.open();
+  for (auto [seq, count] : {std::pair{a, cached + n}, std::pair{b, n_b}}) {
+    store.grow(seq, count);
+    for (int t = 0; t < int(tensors.size()); ++t)
+      for (int token = 0; token < count; ++token)
+        for (int h = 0; h < tensors[std::size_t(t)].heads; ++h)
+          for (int i = 0; i < tensors[std::size_t(t)].dim; ++i) store.row(t, seq, token, h)[i] = dist(rng);
+  }
+  constexpr bool windowed = !std::is_same_v<KeyMaskT, PrefixMask>;
+  if (windowed)
+    for (int h = 0; h < spec.cache_heads; ++h) store.row(spec.value_tensor, a, 0, h)[spec.value_offset] = INFINITY;
+
+  std::vector<QueryJob> rows;
+  for (int i = 0; i < n; ++i) rows.push_back({a, mask == Mask::full ? cached + n : cached + i + 1, nullptr, nullptr});
+  for (int i = 0; i < n_b; ++i) rows.push_back({b, i + 1, nullptr, nullptr});
+  const std::size_t q_row = std::size_t(spec.query_heads()) * spec.key_dim, out_row = std::size_t(spec.query_heads()) * spec.value_dim;
+  std::vector<float> q(rows.size() * q_row), got(rows.size() * out_row, NAN), want(rows.size() * out_row, NAN);
+  for (float& x : q) x = dist(rng);
+  std::vector<QueryJob> jobs_cuda = rows, jobs_ref = rows;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    jobs_cuda[i].query = jobs_ref[i].query = q.data() + i * q_row;
+    jobs_cuda[i].out = got.data() + i * out_row;
+    jobs_ref[i].out = want.data() + i * out_row;
+  }
+  exec::Cuda cuda;
+  cuda.set_kernel(kernel);
+  cuda.attend<KeyMaskT>(std::as_const(store), spec, jobs_cuda);
+  exec::Reference().attend<KeyMaskT>(std::as_const(store), spec, jobs_ref);
+
+  double worst = 0;
+  int compared = 0;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    if (windowed && rows[r].seq == a && KeyMaskT::range(rows[r]).first == 0) continue;  // sees the +inf value
+    ++compared;
+    for (std::size_t i = r * out_row; i < (r + 1) * out_row; ++i) {
+      const double d = std::abs(double(got[i]) - double(want[i]));
+      worst = std::isnan(d) ? d : std::max(worst, d);
+      if (std::isnan(d)) break;
+    }
+    if (std::isnan(worst)) break;
+  }
+  INFO(Layout::name(), " cached ", cached, " rows ", n, mask == Mask::full ? " full" : " causal", " key_dim ", spec.key_dim, " value_dim ",
+       spec.value_dim, " group ", spec.group, kernel == exec::Cuda::Kernel::general ? " (general kernel)" : "");
+  CHECK(compared >= n_b);
+  CHECK(worst <= fp32_attention_tolerance(spec.key_dim, cached + n));
+}
+
+}  // namespace
+
+// The lengths #13 names (1 and 2 rows stay on the decode kernels: fewer rows than a block
+// takes), causal and full, alone and as a chunk after 100 cached tokens, on every layout.
+TEST_CASE_TEMPLATE("cuda: prefill over query blocks matches the Reference executor" * doctest::skip(kNoDevice), Layout, Nhd, Hnd,
+                   Paged<16>, Paged<7>) {
+  const std::vector<TensorSpec> mha{{2, 64}, {2, 64}};
+  const AttendSpec mha_spec = attend_spec(2, 1, 0, 0, 64, 1, 0, 64);
+  for (int n : {1, 2, 63, 64, 65, 257, 1500})
+    for (Mask mask : {Mask::causal, Mask::full}) check_prefill_against_reference<Layout>(mha, mha_spec, 0, n, mask);
+  check_prefill_against_reference<Layout>(mha, mha_spec, 100, 65, Mask::causal);
+  // GQA (3 query heads a cache head, keys 40 wide); heads packed in one row (slim K-only option
+  // 2: keys and values the same row, value 128 wide); a key width that is not a multiple of 4, and
+  // rows of 256 (the widest this kernel takes).
+  check_prefill_against_reference<Layout>({{2, 40}, {2, 50}}, attend_spec(2, 3, 0, 0, 40, 1, 7, 37), 30, 100, Mask::causal);
+  check_prefill_against_reference<Layout>({{1, 128}}, attend_spec(1, 4, 0, 0, 32, 0, 0, 128, 32), 0, 257, Mask::causal);
+  check_prefill_against_reference<Layout>({{1, 45}, {1, 256}}, attend_spec(1, 2, 0, 0, 45, 1, 0, 256), 5, 70, Mask::full);
+  check_prefill_against_reference<Layout>({{1, 256}, {1, 256}}, attend_spec(1, 1, 0, 0, 256, 1, 0, 256), 0, 100, Mask::causal);
+  // Rows wider than 256 (the X-cache's 384) stay on the decode kernels.
+  check_prefill_against_reference<Layout>({{1, 384}}, attend_spec(1, 6, 0, 0, 384, 0, 0, 384), 0, 65, Mask::causal);
+}
+
+TEST_CASE("cuda: prefill with a sliding window, and on the decode kernels forced, matches the Reference executor" *
+          doctest::skip(kNoDevice)) {
+  const std::vector<TensorSpec> mha{{2, 64}, {2, 64}};
+  const AttendSpec mha_spec = attend_spec(2, 1, 0, 0, 64, 1, 0, 64);
+  for (int n : {63, 257, 1500}) check_prefill_against_reference<Nhd, SlidingWindow<48>>(mha, mha_spec, 0, n, Mask::causal);
+  check_prefill_against_reference<Paged<7>, SlidingWindow<48>>(mha, mha_spec, 100, 65, Mask::causal);
+  check_prefill_against_reference<Nhd>(mha, mha_spec, 100, 257, Mask::causal, exec::Cuda::Kernel::decode);
+  check_prefill_against_reference<Nhd>(mha, mha_spec, 100, 257, Mask::causal, exec::Cuda::Kernel::general);
 }
 
 TEST_CASE("cuda: unsupported specs are refused with a clear error" * doctest::skip(kNoDevice)) {

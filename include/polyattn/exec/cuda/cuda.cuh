@@ -6,7 +6,9 @@
 // (same pages), and before each attend copies what the batch's sequences gained since the last
 // call (mirror_plan.hpp): new rows are gathered into pinned staging, copied in one transfer and
 // placed by a scatter kernel through the same layout view the attention kernels read. Then
-// queries go up, attend_chunks + merge_chunks run on the executor's stream, outputs come back.
+// queries go up, the kernels run on the executor's stream (a prefill's rows in blocks,
+// prefill_blocks.cuh; decode rows split-K, attend_tiles or attend_chunks + merge_chunks), and
+// outputs come back.
 //
 // Compile in a .cu translation unit (nvcc, C++20). A TU that also includes Eigen (attention.hpp
 // does) should define EIGEN_NO_CUDA so Eigen stays host-only, as the project's CMake does.
@@ -46,6 +48,8 @@
 #include "polyattn/exec/cuda/attend_tiles.cuh"
 #include "polyattn/exec/cuda/kernels.cuh"
 #include "polyattn/exec/cuda/mirror_plan.hpp"
+#include "polyattn/exec/cuda/prefill_blocks.cuh"
+#include "polyattn/exec/cuda/query_blocks.hpp"
 
 namespace Eigen {  // declared, not included: this header leaves Eigen to the including TU
 struct half;
@@ -107,11 +111,17 @@ class Cuda {
 
   int device() const { return device_; }
 
-  /// Which decode kernel runs: the tiled one wherever plan_tiles accepts the call (the default),
-  /// or always the general one (to compare the two, in tests and benchmarks).
-  enum class Kernel { automatic, general };
+  /// Which kernels run. automatic (the default): the prefill kernel where plan_query_blocks
+  /// accepts the call (rows in runs of one sequence), else the tiled decode kernel where
+  /// plan_tiles accepts it, else the general one. decode: never the prefill kernel, each query
+  /// row a job of the decode kernels. general: always the general decode kernel. The last two
+  /// are for comparisons, in tests and benchmarks.
+  enum class Kernel { automatic, decode, general };
   void set_kernel(Kernel kernel) { kernel_ = kernel; }
   Kernel kernel() const { return kernel_; }
+  /// How far the prefill kernel splits its query blocks' tokens: into chunks until about this many
+  /// blocks per SM run (plan_chunks); 0 never splits. For comparisons, in benchmarks.
+  void set_prefill_blocks_per_sm(int blocks) { prefill_blocks_per_sm_ = blocks; }
   /// GPU time of the last attend's kernels (attend_chunks + merge_chunks), without copies.
   double last_kernel_seconds() const { return last_kernel_seconds_; }
   /// Token rows copied into the cache mirror since the executor was made (one count per token,
@@ -280,9 +290,15 @@ class Cuda {
       std::memcpy(queries_.data() + std::size_t(j) * q_row, job.query, q_row * sizeof(float));
       max_visible = std::max(max_visible, keys.size());
     }
-    // The tiled kernel where the call fits it (tile_plan.hpp), else the general one.
+    // The prefill kernel where the rows come in runs (query_blocks.hpp); else the tiled decode
+    // kernel where the call fits it (tile_plan.hpp), else the general one.
+    if (kernel_ == Kernel::automatic)
+      if (const auto blocks = cuda::plan_query_blocks(spec, std::span<const cuda::DeviceJob>(jobs_.data(), std::size_t(n)))) {
+        run_prefill<T>(spec, jobs, *blocks);
+        return;
+      }
     const std::optional<cuda::TileShape> tiles =
-        kernel_ == Kernel::automatic ? cuda::plan_tiles(spec, geometry_.tensors, sizeof(T)) : std::nullopt;
+        kernel_ != Kernel::general ? cuda::plan_tiles(spec, geometry_.tensors, sizeof(T)) : std::nullopt;
     const int group_tile = tiles ? tiles->group_tile : cuda::kGroupTile;
     const int group_tiles = (spec.group + group_tile - 1) / group_tile;
     const cuda::ChunkPlan plan = cuda::plan_chunks(n, spec.cache_heads * group_tiles, max_visible, sm_count_);
@@ -293,10 +309,7 @@ class Cuda {
     out_device_.reserve(jobs.size() * out_row);
 
     cudaStream_t stream = stream_.get();
-    POLYATTN_CUDA_CHECK(cudaMemcpyAsync(jobs_device_.data(), jobs_.data(), jobs.size() * sizeof(cuda::DeviceJob),
-                                        cudaMemcpyHostToDevice, stream));
-    POLYATTN_CUDA_CHECK(cudaMemcpyAsync(queries_device_.data(), queries_.data(), jobs.size() * q_row * sizeof(float),
-                                        cudaMemcpyHostToDevice, stream));
+    upload_jobs(jobs.size(), q_row);
 
     const cuda::ChunkParams<T> params{view<T>(),          spec,           jobs_device_.data(),
                                       queries_device_.data(), plan.chunk_tokens, plan.max_chunks,
@@ -329,36 +342,107 @@ class Cuda {
     cuda::merge_chunks<float><<<dim3(unsigned(n), unsigned(query_heads)), cuda::kMergeThreads, 0, stream>>>(merge);
     cuda::check_launch("merge_chunks");
     stop_.record(stream_);
+    download_outputs(jobs, out_row);
+  }
 
+  /// The prefill kernel over query blocks (prefill_blocks.cuh); jobs_ and queries_ are filled.
+  template <class T>
+  void run_prefill(const AttendSpec& spec, std::span<const QueryJob> jobs, const std::vector<cuda::QueryBlock>& blocks) {
+    const std::size_t q_row = std::size_t(spec.query_heads()) * spec.key_dim, out_row = std::size_t(spec.query_heads()) * spec.value_dim;
+    blocks_.reserve(blocks.size());
+    blocks_device_.reserve(blocks.size());
+    out_.reserve(jobs.size() * out_row);
+    out_device_.reserve(jobs.size() * out_row);
+    std::memcpy(blocks_.data(), blocks.data(), blocks.size() * sizeof(cuda::QueryBlock));
+    upload_jobs(jobs.size(), q_row);
+    POLYATTN_CUDA_CHECK(cudaMemcpyAsync(blocks_device_.data(), blocks_.data(), blocks.size() * sizeof(cuda::QueryBlock),
+                                        cudaMemcpyHostToDevice, stream_.get()));
+    // Split the query blocks' tokens into chunks where blocks x heads would not fill the GPU; the
+    // merge then reads each row's chunks over its query block's range.
+    int longest = 0;
+    for (const cuda::QueryBlock& b : blocks) longest = std::max(longest, b.key_end - b.key_first);
+    const cuda::ChunkPlan plan = cuda::plan_chunks(int(blocks.size()), spec.query_heads(), longest, sm_count_, prefill_blocks_per_sm_);
+    if (plan.max_chunks > 1) {
+      const std::size_t partials = jobs.size() * std::size_t(spec.query_heads()) * std::size_t(plan.max_chunks);
+      states_device_.reserve(partials);
+      acc_device_.reserve(partials * std::size_t(spec.value_dim));
+      merge_jobs_.reserve(jobs.size());
+      merge_jobs_device_.reserve(jobs.size());
+      for (const cuda::QueryBlock& b : blocks)
+        for (int r = 0; r < b.rows; ++r) merge_jobs_.data()[b.first_job + r] = {b.seq, b.key_first, std::max(b.key_first, b.key_end)};
+      POLYATTN_CUDA_CHECK(cudaMemcpyAsync(merge_jobs_device_.data(), merge_jobs_.data(), jobs.size() * sizeof(cuda::DeviceJob),
+                                          cudaMemcpyHostToDevice, stream_.get()));
+    }
+    const cuda::PrefillParams<T> params{view<T>(),          spec,           jobs_device_.data(), blocks_device_.data(),
+                                        queries_device_.data(), out_device_.data(), plan.chunk_tokens, plan.max_chunks,
+                                        states_device_.data(),  acc_device_.data()};
+    const dim3 grid(unsigned(blocks.size()), unsigned(spec.query_heads()), unsigned(plan.max_chunks));
+    const std::size_t shared = cuda::prefill_shared_bytes(spec);
+    start_.record(stream_);
+    const int col_slots = (spec.value_dim + 31) / 32;
+    if (col_slots <= 1)
+      launch_prefill<T, 1>(grid, shared, params);
+    else if (col_slots <= 2)
+      launch_prefill<T, 2>(grid, shared, params);
+    else if (col_slots <= 4)
+      launch_prefill<T, 4>(grid, shared, params);
+    else
+      launch_prefill<T, 8>(grid, shared, params);
+    if (plan.max_chunks > 1) {
+      const cuda::MergeParams merge{merge_jobs_device_.data(), spec.query_heads(),    spec.value_dim,    plan.chunk_tokens,
+                                    plan.max_chunks,           states_device_.data(), acc_device_.data(), out_device_.data()};
+      cuda::merge_chunks<float><<<dim3(unsigned(jobs.size()), unsigned(spec.query_heads())), cuda::kMergeThreads, 0, stream_.get()>>>(merge);
+      cuda::check_launch("merge_chunks");
+    }
+    stop_.record(stream_);
+    download_outputs(jobs, out_row);
+  }
+
+  /// Copies jobs_ and queries_ (the first `n` jobs' rows of q_row floats) to the device.
+  void upload_jobs(std::size_t n, std::size_t q_row) {
+    POLYATTN_CUDA_CHECK(cudaMemcpyAsync(jobs_device_.data(), jobs_.data(), n * sizeof(cuda::DeviceJob), cudaMemcpyHostToDevice,
+                                        stream_.get()));
+    POLYATTN_CUDA_CHECK(cudaMemcpyAsync(queries_device_.data(), queries_.data(), n * q_row * sizeof(float), cudaMemcpyHostToDevice,
+                                        stream_.get()));
+  }
+
+  /// Copies the outputs back, waits, and hands each job its row; records the kernels' time.
+  void download_outputs(std::span<const QueryJob> jobs, std::size_t out_row) {
     POLYATTN_CUDA_CHECK(cudaMemcpyAsync(out_.data(), out_device_.data(), jobs.size() * out_row * sizeof(float), cudaMemcpyDeviceToHost,
-                                        stream));
+                                        stream_.get()));
     stream_.synchronize();
     last_kernel_seconds_ = stop_.seconds_since(start_);
-    for (int j = 0; j < n; ++j)
-      std::memcpy(jobs[std::size_t(j)].out, out_.data() + std::size_t(j) * out_row, out_row * sizeof(float));
+    for (std::size_t j = 0; j < jobs.size(); ++j) std::memcpy(jobs[j].out, out_.data() + j * out_row, out_row * sizeof(float));
+  }
+
+  /// Launches `kernel` on the executor's stream with `shared` bytes of dynamic shared memory.
+  template <class Params>
+  void launch(void (*kernel)(Params), dim3 grid, int threads, std::size_t shared, const Params& params, const char* name) {
+    if (shared > 48 * 1024)  // above the default limit a kernel must opt in
+      POLYATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+    kernel<<<grid, threads, shared, stream_.get()>>>(params);
+    cuda::check_launch(name);
+  }
+
+  template <class T, int kColSlots>
+  void launch_prefill(dim3 grid, std::size_t shared, const cuda::PrefillParams<T>& params) {
+    launch(cuda::attend_query_blocks<T, kColSlots>, grid, cuda::kPrefillThreads, shared, params, "attend_query_blocks");
   }
 
   template <class T, int kGroup>
   void launch_tiles(dim3 grid, const cuda::TiledParams<T>& params) {
-    const std::size_t shared = params.shape.shared_bytes;
-    if (shared > 48 * 1024)  // above the default limit a kernel must opt in
-      POLYATTN_CUDA_CHECK(cudaFuncSetAttribute(cuda::attend_tiles<T, kGroup>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
-    cuda::attend_tiles<T, kGroup><<<grid, cuda::kTiledThreads, shared, stream_.get()>>>(params);
-    cuda::check_launch("attend_tiles");
+    launch(cuda::attend_tiles<T, kGroup>, grid, cuda::kTiledThreads, params.shape.shared_bytes, params, "attend_tiles");
   }
 
   template <class T, int kColSlots>
   void launch_chunks(dim3 grid, std::size_t shared, const cuda::ChunkParams<T>& params) {
-    if (shared > 48 * 1024)  // above the default limit a kernel must opt in
-      POLYATTN_CUDA_CHECK(cudaFuncSetAttribute(cuda::attend_chunks<T, kColSlots>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(shared)));
-    cuda::attend_chunks<T, kColSlots><<<grid, cuda::kThreads, shared, stream_.get()>>>(params);
-    cuda::check_launch("attend_chunks");
+    launch(cuda::attend_chunks<T, kColSlots>, grid, cuda::kThreads, shared, params, "attend_chunks");
   }
 
   int device_ = 0;
   int sm_count_ = 1;
   Kernel kernel_ = Kernel::automatic;
+  int prefill_blocks_per_sm_ = cuda::kBlocksPerSm;
   cuda::Stream stream_;
   cuda::Event start_, stop_;
   double last_kernel_seconds_ = 0;
@@ -378,6 +462,10 @@ class Cuda {
   cuda::DeviceBuffer<cuda::StagedRow> staged_rows_device_;
   cuda::PinnedBuffer<cuda::DeviceJob> jobs_;
   cuda::DeviceBuffer<cuda::DeviceJob> jobs_device_;
+  cuda::PinnedBuffer<cuda::QueryBlock> blocks_;
+  cuda::DeviceBuffer<cuda::QueryBlock> blocks_device_;
+  cuda::PinnedBuffer<cuda::DeviceJob> merge_jobs_;  // a prefill row with its query block's range
+  cuda::DeviceBuffer<cuda::DeviceJob> merge_jobs_device_;
   cuda::PinnedBuffer<float> queries_, out_;
   cuda::DeviceBuffer<float> queries_device_, out_device_, acc_device_;
   cuda::DeviceBuffer<SoftmaxState<float>> states_device_;

@@ -12,7 +12,8 @@
 // Keys and values are read through DeviceCacheView, so one kernel serves Nhd, Hnd and Paged<P>,
 // and through AttendSpec (tensor, column offset, dims, group), so MHA/GQA/MQA and every variant
 // that reduces to the primitive (K-only caches, X-cache, MLA absorbed decode) run unchanged.
-// Prefill uses the same kernels: each query row is a job with its own `visible`.
+// A prefill whose rows come in runs of one sequence takes prefill_blocks.cuh instead; otherwise
+// each query row is a job of these kernels with its own range of tokens.
 // Accumulation is fp32; the cache element type T is anything convertible to float. Scores at the
 // limits (-inf, overflow to +inf, no visible token) as core/attend.hpp says, as on the CPU.
 #pragma once
@@ -25,6 +26,7 @@
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/exec/cuda/device_layout.hpp"
+#include "polyattn/exec/cuda/query_blocks.hpp"  // DeviceJob
 
 namespace polyattn::exec::cuda {
 
@@ -38,14 +40,6 @@ inline constexpr int kMergeThreads = 128;
 inline constexpr int kMergeSlots = kMaxValueDim / kMergeThreads;
 inline constexpr int kBlocksPerSm = 8;            // split target: about two waves of resident blocks
 inline constexpr int kMaxGridYZ = 65535;
-
-/// One query row as the device sees it: its sequence and the tokens [first, end) it attends to
-/// (its key mask's range, core/key_mask.hpp; [0, visible) by default).
-struct DeviceJob {
-  int seq;
-  int first;
-  int end;
-};
 
 /// One staged cache row: token `token` of `seq` in `tensor`, all heads, at `offset` in staging.
 struct StagedRow {
@@ -87,10 +81,11 @@ struct ChunkPlan {
 
 /// Splits sequences only as far as needed to give every SM work: a batch with many
 /// (job, head) pairs gets one chunk per job, a single long sequence gets many.
-inline ChunkPlan plan_chunks(int jobs, int head_blocks, int max_visible, int sm_count) {
+/// `blocks_per_sm`: the blocks a split aims at per SM (0: no split).
+inline ChunkPlan plan_chunks(int jobs, int head_blocks, int max_visible, int sm_count, int blocks_per_sm = kBlocksPerSm) {
   const auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
   const std::int64_t pairs = std::max<std::int64_t>(1, std::int64_t(jobs) * head_blocks);
-  const std::int64_t target = std::int64_t(kBlocksPerSm) * std::max(1, sm_count);
+  const std::int64_t target = std::int64_t(std::max(0, blocks_per_sm)) * std::max(1, sm_count);
   const std::int64_t splits = std::clamp<std::int64_t>(ceil_div(target, pairs), 1, kMaxGridYZ);
   const std::int64_t visible = std::max(1, max_visible);
   std::int64_t chunk = std::max<std::int64_t>({kTileTokens, ceil_div(visible, splits), ceil_div(visible, kMaxGridYZ)});
