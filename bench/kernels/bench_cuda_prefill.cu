@@ -1,0 +1,130 @@
+// Prefill attention on the GPU (exec::Cuda): n query rows of one sequence over its n cached
+// tokens, causal or full, MHA at 6 x 64 (Whisper tiny/base) and 8 x 64, n = 448, 1500, 4096,
+// through the attend primitive on an Nhd store with fp32 rows. Three kernel choices, and the
+// prefill kernel's split of the tokens (BM_CudaPrefillSplit: none, or to 2-16 blocks a SM):
+//   automatic  the prefill kernel over query blocks (prefill_blocks.cuh)
+//   decode     every row a job of the decode kernels (the tiled one here), as before it
+//   general    every row a job of the general decode kernel
+// Counters: kernel_ms (GPU time of the attention kernels per call, no copies); GFLOP_per_s, the
+// flops a dense computation needs (2 * dim for a score and 2 * dim for its value row, per
+// (row, visible token) pair and head: 4 * pairs * dim * heads, pairs = n^2 full, n (n + 1) / 2
+// causal) over kernel_ms; vs_automatic, kernel time over the prefill kernel's at the same shape
+// (which runs first). Wall time adds the queries' upload and the outputs' download.
+#include <benchmark/benchmark.h>
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cmath>
+#include <map>
+#include <random>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <polyattn/cache/contiguous.hpp>
+#include <polyattn/exec/cuda/cuda.cuh>
+
+namespace {
+
+using namespace polyattn;
+using Kernel = exec::Cuda::Kernel;
+
+std::map<std::array<long, 4>, double>& automatic_seconds() {
+  static std::map<std::array<long, 4>, double> seconds;
+  return seconds;
+}
+
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::automatic: return "prefill kernel";
+    case Kernel::decode: return "decode kernels, a job per row";
+    default: return "general kernel, a job per row";
+  }
+}
+
+/// args: heads, dim, n, causal (1) or full (0), and for the prefill kernel the split's blocks per
+/// SM (exec::Cuda::set_prefill_blocks_per_sm; -1: the default).
+template <Kernel kKernel>
+void BM_CudaPrefill(benchmark::State& state) {
+  std::string reason;
+  if (exec::cuda::device_count(&reason) == 0) {
+    state.SkipWithError(("no CUDA device: skipping (" + reason + ")").c_str());
+    return;
+  }
+  const int heads = int(state.range(0)), dim = int(state.range(1)), n = int(state.range(2));
+  const bool causal = state.range(3) != 0;
+  const std::vector<TensorSpec> tensors{{heads, dim}, {heads, dim}};
+  CacheStore<Nhd, float> store(tensors, {.max_sequences = 1, .capacity = n});
+  const int seq = store.open();
+  store.grow(seq, n);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (int t = 0; t < 2; ++t)
+    for (int token = 0; token < n; ++token)
+      for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < dim; ++i) store.row(t, seq, token, h)[i] = dist(rng);
+  AttendSpec spec;
+  spec.cache_heads = heads;
+  spec.key_dim = spec.value_dim = dim;
+  spec.key_tensor = 0;
+  spec.value_tensor = 1;
+  spec.scale = 1.0f / std::sqrt(float(dim));
+  const std::size_t row = std::size_t(heads) * std::size_t(dim);
+  std::vector<float> q(std::size_t(n) * row), out(std::size_t(n) * row);
+  for (float& x : q) x = dist(rng);
+  std::vector<QueryJob> jobs;
+  for (int i = 0; i < n; ++i) jobs.push_back({seq, causal ? i + 1 : n, q.data() + std::size_t(i) * row, out.data() + std::size_t(i) * row});
+
+  exec::Cuda cuda;
+  cuda.set_kernel(kKernel);
+  const int split = state.range(4) >= 0 ? int(state.range(4)) : -1;
+  if (split >= 0) cuda.set_prefill_blocks_per_sm(split);
+  cuda.attend(std::as_const(store), spec, std::span<const QueryJob>(jobs));  // the first call copies the cache up
+  double kernel_seconds = 0;
+  for (auto _ : state) {
+    cuda.attend(std::as_const(store), spec, std::span<const QueryJob>(jobs));
+    kernel_seconds += cuda.last_kernel_seconds();
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double calls = double(state.iterations());
+  const double pairs = causal ? double(n) * (n + 1) / 2 : double(n) * n;
+  const double per_call = calls > 0 ? kernel_seconds / calls : 0.0;
+  state.counters["kernel_ms"] = per_call * 1e3;
+  state.counters["GFLOP_per_s"] = per_call > 0 ? 4.0 * pairs * dim * heads / per_call * 1e-9 : 0.0;
+  const std::array<long, 4> key{long(heads), long(dim), long(n), long(causal)};
+  if (kKernel == Kernel::automatic && split < 0)
+    automatic_seconds()[key] = per_call;
+  else if (const auto a = automatic_seconds().find(key); a != automatic_seconds().end() && a->second > 0)
+    state.counters["vs_automatic"] = per_call / a->second;
+  state.SetLabel(std::string(kernel_name(kKernel)) + (causal ? ", causal" : ", full") +
+                 (split >= 0 ? ", split to " + std::to_string(split) + " blocks a SM" : ""));
+}
+
+void Shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"heads", "dim", "n", "causal", "split"});
+  for (int heads : {6, 8})
+    for (int n : {448, 1500, 4096})
+      for (int causal : {0, 1}) b->Args({heads, 64, n, causal, -1});
+  b->Unit(benchmark::kMillisecond)->MinTime(0.2);
+}
+
+/// The prefill kernel's split: none, and about 2, 4, 8 and 16 blocks a SM.
+void Splits(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"heads", "dim", "n", "causal", "split"});
+  for (int heads : {6, 8})
+    for (int n : {448, 1500, 4096})
+      for (int causal : {0, 1})
+        for (int split : {0, 2, 4, 8, 16}) b->Args({heads, 64, n, causal, split});
+  b->Unit(benchmark::kMillisecond)->MinTime(0.2);
+}
+
+}  // namespace
+
+BENCHMARK(BM_CudaPrefill<Kernel::automatic>)->Apply(Shapes);
+BENCHMARK(BM_CudaPrefill<Kernel::automatic>)->Apply(Splits)->Name("BM_CudaPrefillSplit");
+BENCHMARK(BM_CudaPrefill<Kernel::decode>)->Apply(Shapes);
+BENCHMARK(BM_CudaPrefill<Kernel::general>)->Apply(Shapes);
+
+BENCHMARK_MAIN();
