@@ -12,7 +12,8 @@
 //   n_keys positions, and row i sees keys [0, n_keys - n + i] (a chunk after n_keys - n earlier
 //   tokens). A key mask narrows that inside the executor's tile loop (core/key_mask.hpp):
 //   attention<SlidingWindow<256>>(executor, q, k, v, heads, Mask::causal, out).
-// Executors that read a cache of their own on a device (exec::Cuda) do not take it.
+// Executors that read a cache of their own on a device (exec::Cuda) do not take it: exec::Cuda has
+// Cuda::attention over matrices already on the device, with the same shapes and masks.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 
 #include "polyattn/cache/matrix_rows.hpp"
 #include "polyattn/core/attend.hpp"
+#include "polyattn/core/attention_heads.hpp"
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/mask.hpp"
@@ -28,21 +30,12 @@
 
 namespace polyattn {
 
-struct AttentionHeads {
-  int query_heads = 0;
-  int kv_heads = 0;   ///< divides query_heads (MHA: equal; GQA/MQA: fewer)
-  int head_dim = 0;
-  float scale = 0.0f;  ///< softmax scale on q.k; 0 = 1 / sqrt(head_dim)
-  int value_dim = 0;   ///< width of a value head; 0 = head_dim (MLA-style latents attend with narrower values)
-};
-
 template <KeyMask KeyMaskT = PrefixMask, class Executor>
 void attention(Executor& executor, ConstMatrixRef q, ConstMatrixRef k, ConstMatrixRef v, const AttentionHeads& heads, Mask mask,
                MatrixRef out) {
   const int hq = heads.query_heads, hkv = heads.kv_heads, dh = heads.head_dim;
-  const int dv = heads.value_dim != 0 ? heads.value_dim : dh;
-  require<ShapeError>(hq > 0 && hkv > 0 && dh > 0 && dv > 0 && hq % hkv == 0, "attention: ", hq, " query heads, ", hkv,
-                      " kv heads of ", dh, " (values of ", dv, "): need positive sizes and kv heads dividing query heads");
+  const int dv = heads.values();
+  heads.check("attention");
   require<ShapeError>(q.cols() == std::ptrdiff_t(hq) * dh, "attention: q has ", q.cols(), " columns, expected ", hq * dh);
   require<ShapeError>(k.cols() == std::ptrdiff_t(hkv) * dh && v.cols() == std::ptrdiff_t(hkv) * dv, "attention: k and v have ",
                       k.cols(), " and ", v.cols(), " columns, expected ", hkv * dh, " and ", hkv * dv);
@@ -52,18 +45,11 @@ void attention(Executor& executor, ConstMatrixRef q, ConstMatrixRef k, ConstMatr
   const int n = int(q.rows()), n_keys = int(k.rows());
   if (n == 0) return;
 
-  AttendSpec spec;
-  spec.cache_heads = hkv;
-  spec.group = hq / hkv;
-  spec.key_dim = dh;
-  spec.value_dim = dv;
-  spec.key_tensor = 0;
-  spec.value_tensor = 1;
-  spec.scale = heads.scale != 0.0f ? heads.scale : 1.0f / std::sqrt(float(dh));
+  const AttendSpec spec = heads.spec();
   std::vector<QueryJob> jobs(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i)
-    jobs[std::size_t(i)] = {0, mask == Mask::full ? n_keys : std::clamp(n_keys - n + i + 1, 0, n_keys),
-                            q.data() + std::ptrdiff_t(i) * q.outerStride(), out.data() + std::ptrdiff_t(i) * out.outerStride()};
+    jobs[std::size_t(i)] = {0, uncached_visible(mask, i, n, n_keys), q.data() + std::ptrdiff_t(i) * q.outerStride(),
+                            out.data() + std::ptrdiff_t(i) * out.outerStride()};
   executor.template attend<KeyMaskT>(MatrixRows(k, v, hkv, dh, dv), spec, std::span<const QueryJob>(jobs));
 }
 

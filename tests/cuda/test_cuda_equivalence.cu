@@ -29,6 +29,7 @@
 #include <polyattn/convert/x_cache.hpp>
 #include <polyattn/exec/cuda/cuda.cuh>
 #include <polyattn/exec/reference/reference.hpp>
+#include <polyattn/uncached_attention.hpp>
 #include <polyattn/layers/cross_cache.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 #include <polyattn/variants/mla.hpp>
@@ -421,6 +422,88 @@ TEST_CASE("cuda: prefill with a sliding window, and on the decode kernels forced
   check_prefill_against_reference<Paged<7>, SlidingWindow<48>>(mha, mha_spec, 100, 65, Mask::causal);
   check_prefill_against_reference<Nhd>(mha, mha_spec, 100, 257, Mask::causal, exec::Cuda::Kernel::decode);
   check_prefill_against_reference<Nhd>(mha, mha_spec, 100, 257, Mask::causal, exec::Cuda::Kernel::general);
+}
+
+namespace {
+
+/// Cuda::attention over device copies of q, k and v (packed side by side in one matrix, as the
+/// Whisper encoder's product leaves them, or in three with padded rows), written into a NaN-filled
+/// output with padded rows, against polyattn::attention on the Reference executor.
+template <class KeyMaskT = PrefixMask>
+void check_device_attention(int n, int n_keys, AttentionHeads heads, Mask mask, bool packed) {
+  std::mt19937 rng(std::uint32_t(n * 31 + n_keys));
+  const int dh = heads.head_dim, dv = heads.value_dim != 0 ? heads.value_dim : dh;
+  const int qw = heads.query_heads * dh, kw = heads.kv_heads * dh, vw = heads.kv_heads * dv, ow = heads.query_heads * dv;
+  const RowMatrixXf q = random_matrix(n, qw, rng), k = random_matrix(n_keys, kw, rng), v = random_matrix(n_keys, vw, rng);
+  RowMatrixXf want(n, ow);
+  exec::Reference reference;
+  attention<KeyMaskT>(reference, q, k, v, heads, mask, want);
+
+  // Host images of the device matrices: [q | k | v] in one (packed, n == n_keys), else each with
+  // 3 columns of padding; the output with 5.
+  const auto upload = [](const RowMatrixXf& m, exec::cuda::DeviceBuffer<float>& buffer) {
+    buffer.reserve(std::size_t(std::max<Eigen::Index>(1, m.size())));
+    POLYATTN_CUDA_CHECK(cudaMemcpy(buffer.data(), m.data(), std::size_t(m.size()) * sizeof(float), cudaMemcpyHostToDevice));
+    return buffer.data();
+  };
+  exec::cuda::DeviceBuffer<float> packed_buffer, q_buffer, k_buffer, v_buffer, out_buffer;
+  using Rows = exec::Cuda::DeviceRows<const float>;
+  Rows dq, dk, dv_rows;
+  if (packed) {
+    REQUIRE(n == n_keys);
+    RowMatrixXf qkv(n, qw + kw + vw);
+    qkv << q, k, v;
+    const float* d = upload(qkv, packed_buffer);
+    dq = {d, qkv.cols()};
+    dk = {d + qw, qkv.cols()};
+    dv_rows = {d + qw + kw, qkv.cols()};
+  } else {
+    const auto padded = [](const RowMatrixXf& m) {
+      RowMatrixXf p = RowMatrixXf::Constant(m.rows(), m.cols() + 3, 7.0f);
+      p.leftCols(m.cols()) = m;
+      return p;
+    };
+    const RowMatrixXf pq = padded(q), pk = padded(k), pv = padded(v);
+    dq = {upload(pq, q_buffer), pq.cols()};
+    dk = {upload(pk, k_buffer), pk.cols()};
+    dv_rows = {upload(pv, v_buffer), pv.cols()};
+  }
+  const std::int64_t out_stride = ow + 5;
+  out_buffer.reserve(std::size_t(n) * std::size_t(out_stride));
+  POLYATTN_CUDA_CHECK(cudaMemset(out_buffer.data(), 0xff, std::size_t(n) * std::size_t(out_stride) * sizeof(float)));  // NaN
+  exec::Cuda cuda;
+  cuda.attention<KeyMaskT>(dq, dk, dv_rows, {out_buffer.data(), out_stride}, n, n_keys, heads, mask);
+  RowMatrixXf got(n, ow);
+  POLYATTN_CUDA_CHECK(cudaMemcpy2D(got.data(), std::size_t(ow) * sizeof(float), out_buffer.data(), std::size_t(out_stride) * sizeof(float),
+                                   std::size_t(ow) * sizeof(float), std::size_t(n), cudaMemcpyDeviceToHost));
+  INFO("n ", n, " n_keys ", n_keys, mask == Mask::full ? " full" : " causal", " heads ", heads.query_heads, "/", heads.kv_heads, " x ",
+       dh, packed ? " packed" : "");
+  CHECK(max_abs_diff(got, want) <= fp32_attention_tolerance(dh, std::max(1, n_keys)));
+}
+
+}  // namespace
+
+TEST_CASE("cuda: attention over device matrices matches polyattn::attention on the Reference executor" * doctest::skip(kNoDevice)) {
+  // The Whisper encoder's shape (6 heads of 64, q, k, v side by side in one product's output) at
+  // the lengths #13 names.
+  for (int n : {1, 2, 63, 64, 65, 257, 1500})
+    for (Mask mask : {Mask::full, Mask::causal}) check_device_attention(n, n, {6, 6, 64}, mask, true);
+  // GQA with values narrower than keys; rows as the last of more keys (a chunk after cached ones),
+  // and more rows than keys (the first 30 see nothing: zeros); a sliding window.
+  check_device_attention(100, 100, {8, 2, 40, 0.0f, 24}, Mask::causal, false);
+  check_device_attention(40, 100, {4, 4, 32}, Mask::causal, false);
+  check_device_attention(70, 40, {4, 4, 32}, Mask::causal, false);
+  check_device_attention(70, 40, {4, 4, 32}, Mask::full, false);
+  check_device_attention<SlidingWindow<48>>(257, 257, {6, 6, 64}, Mask::causal, true);
+
+  exec::Cuda cuda;
+  exec::cuda::DeviceBuffer<float> buffer;
+  buffer.reserve(1 << 16);
+  const exec::Cuda::DeviceRows<const float> rows{buffer.data(), 600};
+  CHECK_THROWS_WITH_AS(cuda.attention(rows, rows, rows, {buffer.data(), 600}, 4, 4, {2, 2, 300}, Mask::full), doctest::Contains("at most 256"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(cuda.attention(rows, {buffer.data(), 100}, rows, {buffer.data(), 600}, 4, 4, {2, 2, 64}, Mask::full),
+                       doctest::Contains("narrower than its row"), ShapeError);
 }
 
 TEST_CASE("cuda: unsupported specs are refused with a clear error" * doctest::skip(kNoDevice)) {

@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -39,7 +40,9 @@
 #include <vector>
 
 #include "polyattn/core/attend.hpp"
+#include "polyattn/core/attention_heads.hpp"
 #include "polyattn/core/key_mask.hpp"
+#include "polyattn/core/mask.hpp"
 #include "polyattn/core/error.hpp"
 #include "polyattn/core/threads.hpp"
 #include "polyattn/exec/cuda/cuda_error.cuh"
@@ -161,6 +164,73 @@ class Cuda {
       cudaStreamSynchronize(stream_.get());  // no copy may still read the pinned buffers
       cudaGetLastError();
       bound_ = nullptr;  // a copy may have been half done: trust nothing on the device
+      throw;
+    }
+  }
+
+  /// Rows of a float matrix on this device: row i starts at data + i * row_stride (elements).
+  template <class F>
+  struct DeviceRows {
+    F* data = nullptr;
+    std::int64_t row_stride = 0;
+  };
+
+  /// Uncached attention over float matrices already on this device (an encoder's self-attention,
+  /// whose q, k and v come out of a product on the GPU): the prefill kernel reads them where they
+  /// are, with no mirror and no copies of the matrices. Shapes and masks as polyattn::attention
+  /// (uncached_attention.hpp): q (n, query_heads * head_dim), k (n_keys, kv_heads * head_dim),
+  /// v (n_keys, kv_heads * value_dim), out (n, query_heads * value_dim); Mask::causal makes the n
+  /// rows the last n of the n_keys positions. Heads up to kPrefillMaxDim (256) wide. Runs on
+  /// `stream` (the executor's own when null), after whatever the caller queued there, and returns
+  /// once it is done.
+  template <KeyMask KeyMaskT = PrefixMask>
+  void attention(DeviceRows<const float> q, DeviceRows<const float> k, DeviceRows<const float> v, DeviceRows<float> out, int n,
+                 int n_keys, const AttentionHeads& heads, Mask mask, cudaStream_t stream = nullptr) {
+    static_assert(!KeyMaskT::drops_keys, "polyattn: exec::Cuda takes key masks that give each row a range of tokens");
+    const int hq = heads.query_heads, hkv = heads.kv_heads, dh = heads.head_dim, dv = heads.values();
+    heads.check("Cuda::attention");
+    require<ShapeError>(dh <= cuda::kPrefillMaxDim && dv <= cuda::kPrefillMaxDim, "Cuda::attention: heads of ", dh, " and values of ", dv,
+                        " columns; at most ", cuda::kPrefillMaxDim);
+    require<ShapeError>(hq <= cuda::kMaxGridYZ, "Cuda::attention: too many heads (", hq, ") for one launch");
+    require<ShapeError>(n >= 0 && n_keys >= 0, "Cuda::attention: ", n, " rows over ", n_keys, " keys");
+    require<ShapeError>(q.row_stride >= std::int64_t(hq) * dh && k.row_stride >= std::int64_t(hkv) * dh &&
+                            v.row_stride >= std::int64_t(hkv) * dv && out.row_stride >= std::int64_t(hq) * dv,
+                        "Cuda::attention: a row stride is narrower than its row (q ", q.row_stride, ", k ", k.row_stride, ", v ",
+                        v.row_stride, ", out ", out.row_stride, ")");
+    if (n == 0) return;
+    POLYATTN_CUDA_CHECK(cudaSetDevice(device_));
+    if (!stream) stream = stream_.get();
+
+    const AttendSpec spec = heads.spec();
+    jobs_.reserve(std::size_t(n));
+    jobs_device_.reserve(std::size_t(n));
+    for (int i = 0; i < n; ++i) {
+      const KeyRange keys = KeyMaskT::range(QueryJob{0, uncached_visible(mask, i, n, n_keys), nullptr, nullptr});
+      jobs_.data()[i] = {0, keys.first, std::max(keys.first, keys.end)};
+    }
+    const std::vector<cuda::QueryBlock> blocks = cuda::query_blocks(std::span<const cuda::DeviceJob>(jobs_.data(), std::size_t(n)));
+    // k and v as a two-tensor "cache" of one sequence: one page of n_keys tokens, heads side by side
+    // in a row. The kernels only read through it (float*, not const float*, so that the float
+    // cache's kernels serve).
+    cuda::DeviceCacheView<float> cache;
+    cache.tensors = 2;
+    cache.data[0] = const_cast<float*>(k.data);
+    cache.data[1] = const_cast<float*>(v.data);
+    cache.strides[0] = {0, k.row_stride, dh};
+    cache.strides[1] = {0, v.row_stride, dv};
+    cache.heads[0] = cache.heads[1] = hkv;
+    cache.dim[0] = dh;
+    cache.dim[1] = dv;
+    cache.page_size = std::max(1, n_keys);
+    try {
+      POLYATTN_CUDA_CHECK(cudaMemcpyAsync(jobs_device_.data(), jobs_.data(), std::size_t(n) * sizeof(cuda::DeviceJob),
+                                          cudaMemcpyHostToDevice, stream));
+      run_blocks<float>(cache, spec, std::size_t(n), blocks, q.data, q.row_stride, out.data, out.row_stride, stream);
+      POLYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
+      last_kernel_seconds_ = stop_.seconds_since(start_);
+    } catch (...) {
+      cudaStreamSynchronize(stream);  // no copy may still read the pinned buffers
+      cudaGetLastError();
       throw;
     }
   }
@@ -337,8 +407,9 @@ class Cuda {
       else
         launch_chunks<T, 8>(grid, shared, params);
     }
-    const cuda::MergeParams merge{jobs_device_.data(), query_heads,           spec.value_dim,    plan.chunk_tokens,
-                                  plan.max_chunks,     states_device_.data(), acc_device_.data(), out_device_.data()};
+    const cuda::MergeParams merge{jobs_device_.data(), query_heads,           spec.value_dim,     plan.chunk_tokens,
+                                  plan.max_chunks,     states_device_.data(), acc_device_.data(), out_device_.data(),
+                                  std::int64_t(out_row)};
     cuda::merge_chunks<float><<<dim3(unsigned(n), unsigned(query_heads)), cuda::kMergeThreads, 0, stream>>>(merge);
     cuda::check_launch("merge_chunks");
     stop_.record(stream_);
@@ -349,53 +420,64 @@ class Cuda {
   template <class T>
   void run_prefill(const AttendSpec& spec, std::span<const QueryJob> jobs, const std::vector<cuda::QueryBlock>& blocks) {
     const std::size_t q_row = std::size_t(spec.query_heads()) * spec.key_dim, out_row = std::size_t(spec.query_heads()) * spec.value_dim;
-    blocks_.reserve(blocks.size());
-    blocks_device_.reserve(blocks.size());
     out_.reserve(jobs.size() * out_row);
     out_device_.reserve(jobs.size() * out_row);
-    std::memcpy(blocks_.data(), blocks.data(), blocks.size() * sizeof(cuda::QueryBlock));
     upload_jobs(jobs.size(), q_row);
+    run_blocks<T>(view<T>(), spec, jobs.size(), blocks, queries_device_.data(), std::int64_t(q_row), out_device_.data(),
+                  std::int64_t(out_row), stream_.get());
+    download_outputs(jobs, out_row);
+  }
+
+  /// Launches the prefill kernel (and the merge, where its tokens are split) over `blocks` of the
+  /// jobs on the device (jobs_device_), on `stream`, between the timing events.
+  template <class T>
+  void run_blocks(const cuda::DeviceCacheView<T>& cache, const AttendSpec& spec, std::size_t n_jobs,
+                  const std::vector<cuda::QueryBlock>& blocks, const float* queries, std::int64_t query_stride, float* out,
+                  std::int64_t out_stride, cudaStream_t stream) {
+    blocks_.reserve(blocks.size());
+    blocks_device_.reserve(blocks.size());
+    std::memcpy(blocks_.data(), blocks.data(), blocks.size() * sizeof(cuda::QueryBlock));
     POLYATTN_CUDA_CHECK(cudaMemcpyAsync(blocks_device_.data(), blocks_.data(), blocks.size() * sizeof(cuda::QueryBlock),
-                                        cudaMemcpyHostToDevice, stream_.get()));
+                                        cudaMemcpyHostToDevice, stream));
     // Split the query blocks' tokens into chunks where blocks x heads would not fill the GPU; the
     // merge then reads each row's chunks over its query block's range.
     int longest = 0;
     for (const cuda::QueryBlock& b : blocks) longest = std::max(longest, b.key_end - b.key_first);
     const cuda::ChunkPlan plan = cuda::plan_chunks(int(blocks.size()), spec.query_heads(), longest, sm_count_, prefill_blocks_per_sm_);
     if (plan.max_chunks > 1) {
-      const std::size_t partials = jobs.size() * std::size_t(spec.query_heads()) * std::size_t(plan.max_chunks);
+      const std::size_t partials = n_jobs * std::size_t(spec.query_heads()) * std::size_t(plan.max_chunks);
       states_device_.reserve(partials);
       acc_device_.reserve(partials * std::size_t(spec.value_dim));
-      merge_jobs_.reserve(jobs.size());
-      merge_jobs_device_.reserve(jobs.size());
+      merge_jobs_.reserve(n_jobs);
+      merge_jobs_device_.reserve(n_jobs);
       for (const cuda::QueryBlock& b : blocks)
         for (int r = 0; r < b.rows; ++r) merge_jobs_.data()[b.first_job + r] = {b.seq, b.key_first, std::max(b.key_first, b.key_end)};
-      POLYATTN_CUDA_CHECK(cudaMemcpyAsync(merge_jobs_device_.data(), merge_jobs_.data(), jobs.size() * sizeof(cuda::DeviceJob),
-                                          cudaMemcpyHostToDevice, stream_.get()));
+      POLYATTN_CUDA_CHECK(cudaMemcpyAsync(merge_jobs_device_.data(), merge_jobs_.data(), n_jobs * sizeof(cuda::DeviceJob),
+                                          cudaMemcpyHostToDevice, stream));
     }
-    const cuda::PrefillParams<T> params{view<T>(),          spec,           jobs_device_.data(), blocks_device_.data(),
-                                        queries_device_.data(), out_device_.data(), plan.chunk_tokens, plan.max_chunks,
-                                        states_device_.data(),  acc_device_.data()};
+    const cuda::PrefillParams<T> params{cache,      spec,        jobs_device_.data(), blocks_device_.data(), queries,
+                                        query_stride, out,       out_stride,          plan.chunk_tokens,     plan.max_chunks,
+                                        states_device_.data(), acc_device_.data()};
     const dim3 grid(unsigned(blocks.size()), unsigned(spec.query_heads()), unsigned(plan.max_chunks));
     const std::size_t shared = cuda::prefill_shared_bytes(spec);
-    start_.record(stream_);
+    start_.record(stream);
     const int col_slots = (spec.value_dim + 31) / 32;
     if (col_slots <= 1)
-      launch_prefill<T, 1>(grid, shared, params);
+      launch_prefill<T, 1>(grid, shared, params, stream);
     else if (col_slots <= 2)
-      launch_prefill<T, 2>(grid, shared, params);
+      launch_prefill<T, 2>(grid, shared, params, stream);
     else if (col_slots <= 4)
-      launch_prefill<T, 4>(grid, shared, params);
+      launch_prefill<T, 4>(grid, shared, params, stream);
     else
-      launch_prefill<T, 8>(grid, shared, params);
+      launch_prefill<T, 8>(grid, shared, params, stream);
     if (plan.max_chunks > 1) {
       const cuda::MergeParams merge{merge_jobs_device_.data(), spec.query_heads(),    spec.value_dim,    plan.chunk_tokens,
-                                    plan.max_chunks,           states_device_.data(), acc_device_.data(), out_device_.data()};
-      cuda::merge_chunks<float><<<dim3(unsigned(jobs.size()), unsigned(spec.query_heads())), cuda::kMergeThreads, 0, stream_.get()>>>(merge);
+                                    plan.max_chunks,           states_device_.data(), acc_device_.data(), out,
+                                    out_stride};
+      cuda::merge_chunks<float><<<dim3(unsigned(n_jobs), unsigned(spec.query_heads())), cuda::kMergeThreads, 0, stream>>>(merge);
       cuda::check_launch("merge_chunks");
     }
-    stop_.record(stream_);
-    download_outputs(jobs, out_row);
+    stop_.record(stream);
   }
 
   /// Copies jobs_ and queries_ (the first `n` jobs' rows of q_row floats) to the device.
@@ -417,26 +499,27 @@ class Cuda {
 
   /// Launches `kernel` on the executor's stream with `shared` bytes of dynamic shared memory.
   template <class Params>
-  void launch(void (*kernel)(Params), dim3 grid, int threads, std::size_t shared, const Params& params, const char* name) {
+  void launch(void (*kernel)(Params), dim3 grid, int threads, std::size_t shared, const Params& params, const char* name,
+              cudaStream_t stream) {
     if (shared > 48 * 1024)  // above the default limit a kernel must opt in
       POLYATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
-    kernel<<<grid, threads, shared, stream_.get()>>>(params);
+    kernel<<<grid, threads, shared, stream>>>(params);
     cuda::check_launch(name);
   }
 
   template <class T, int kColSlots>
-  void launch_prefill(dim3 grid, std::size_t shared, const cuda::PrefillParams<T>& params) {
-    launch(cuda::attend_query_blocks<T, kColSlots>, grid, cuda::kPrefillThreads, shared, params, "attend_query_blocks");
+  void launch_prefill(dim3 grid, std::size_t shared, const cuda::PrefillParams<T>& params, cudaStream_t stream) {
+    launch(cuda::attend_query_blocks<T, kColSlots>, grid, cuda::kPrefillThreads, shared, params, "attend_query_blocks", stream);
   }
 
   template <class T, int kGroup>
   void launch_tiles(dim3 grid, const cuda::TiledParams<T>& params) {
-    launch(cuda::attend_tiles<T, kGroup>, grid, cuda::kTiledThreads, params.shape.shared_bytes, params, "attend_tiles");
+    launch(cuda::attend_tiles<T, kGroup>, grid, cuda::kTiledThreads, params.shape.shared_bytes, params, "attend_tiles", stream_.get());
   }
 
   template <class T, int kColSlots>
   void launch_chunks(dim3 grid, std::size_t shared, const cuda::ChunkParams<T>& params) {
-    launch(cuda::attend_chunks<T, kColSlots>, grid, cuda::kThreads, shared, params, "attend_chunks");
+    launch(cuda::attend_chunks<T, kColSlots>, grid, cuda::kThreads, shared, params, "attend_chunks", stream_.get());
   }
 
   int device_ = 0;

@@ -148,7 +148,8 @@ class Event {
   }
 
   cudaEvent_t get() const { return event_; }
-  void record(const Stream& stream) const { POLYATTN_CUDA_CHECK(cudaEventRecord(event_, stream.get())); }
+  void record(cudaStream_t stream) const { POLYATTN_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+  void record(const Stream& stream) const { record(stream.get()); }
 
   /// Seconds from `start` to this event; both must have completed.
   double seconds_since(const Event& start) const {

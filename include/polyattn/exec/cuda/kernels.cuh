@@ -70,7 +70,8 @@ struct MergeParams {
   int max_chunks;
   const SoftmaxState<float>* states;
   const float* acc;
-  float* out;  // (jobs, query_heads, value_dim)
+  float* out;               // job j's output at out + j * out_stride: (query_heads, value_dim)
+  std::int64_t out_stride;
 };
 
 /// How a batch is split: chunk length and the largest number of chunks of any job.
@@ -304,7 +305,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_chunks(MergeParams p) {
     merge_softmax(state, acc, p.states[first + c], other, count);
   }
   const Acc inv = state.sum > Acc(0) ? Acc(1) / state.sum : Acc(0);
-  float* out = p.out + (std::int64_t(job) * p.query_heads + qh) * p.value_dim;
+  float* out = p.out + std::int64_t(job) * p.out_stride + std::int64_t(qh) * p.value_dim;
   for (int k = 0; k < count; ++k) out[tid + k * kMergeThreads] = float(acc[k] * inv);
 }
 

@@ -42,8 +42,10 @@ struct PrefillParams {
   AttendSpec spec;
   const DeviceJob* jobs;
   const QueryBlock* blocks;
-  const float* queries;  // (jobs, query_heads, key_dim)
-  float* out;            // (jobs, query_heads, value_dim), normalised; written when max_chunks == 1
+  const float* queries;        // job j's query row at queries + j * query_stride: (query_heads, key_dim)
+  std::int64_t query_stride;
+  float* out;                  // job j's output at out + j * out_stride: (query_heads, value_dim),
+  std::int64_t out_stride;     //   normalised; written here when max_chunks == 1
   int chunk_tokens;      // chunk z of a query block: tokens key_first + z * chunk_tokens, ... (plan_chunks)
   int max_chunks;
   SoftmaxState<float>* states;  // (jobs, query_heads, max_chunks) partials, when max_chunks > 1
@@ -57,7 +59,9 @@ __global__ void __launch_bounds__(kPrefillThreads) attend_query_blocks(PrefillPa
   const QueryBlock b = p.blocks[blockIdx.x];
   const int qh = blockIdx.y, head = qh / s.group, g = qh % s.group, chunk = blockIdx.z;
   const int begin = b.key_first + chunk * p.chunk_tokens, stop = min(b.key_end, begin + p.chunk_tokens);
-  if (begin >= b.key_end) return;  // past the query block's last chunk; merge_chunks does not read it
+  // Past the query block's last chunk: merge_chunks does not read it. A block whose rows see no
+  // token at all still writes their zeros when it is the only chunk.
+  if (begin >= b.key_end && (chunk > 0 || p.max_chunks > 1)) return;
   const int query_heads = s.cache_heads * s.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int query_cols = (s.key_dim + 3) / 4 * 4, key_stride = prefill_key_stride(s.key_dim), dv = s.value_dim;
@@ -72,7 +76,7 @@ __global__ void __launch_bounds__(kPrefillThreads) attend_query_blocks(PrefillPa
 
   for (int i = tid; i < kPrefillRows * query_cols; i += kPrefillThreads) {
     const int r = i / query_cols, d = i % query_cols;
-    q_tile[i] = r < b.rows && d < s.key_dim ? p.queries[(std::int64_t(b.first_job + r) * query_heads + qh) * s.key_dim + d] * s.scale
+    q_tile[i] = r < b.rows && d < s.key_dim ? p.queries[std::int64_t(b.first_job + r) * p.query_stride + qh * s.key_dim + d] * s.scale
                                             : 0.0f;
   }
 
@@ -188,7 +192,7 @@ __global__ void __launch_bounds__(kPrefillThreads) attend_query_blocks(PrefillPa
     const std::int64_t row_head = std::int64_t(b.first_job + r) * query_heads + qh;
     if (p.max_chunks == 1) {
       const float inv = run_sum[i] > 0.0f ? 1.0f / run_sum[i] : 0.0f;
-      float* out = p.out + row_head * dv;
+      float* out = p.out + std::int64_t(b.first_job + r) * p.out_stride + qh * dv;
 #pragma unroll
       for (int c = 0; c < kColSlots; ++c)
         if (lane + 32 * c < dv) out[lane + 32 * c] = acc[i][c] * inv;

@@ -58,11 +58,8 @@ inline std::size_t prefill_shared_bytes(const AttendSpec& s) {
   return (queries + keys + values + weights) * sizeof(float);
 }
 
-/// The prefill kernel's blocks for these jobs, or nothing when the call should run on the decode
-/// kernels (rows not in runs, or rows wider than kPrefillMaxDim).
-inline std::optional<std::vector<QueryBlock>> plan_query_blocks(const AttendSpec& s, std::span<const DeviceJob> jobs) {
-  if (s.key_dim < 1 || s.value_dim < 1 || s.key_dim > kPrefillMaxDim || s.value_dim > kPrefillMaxDim) return std::nullopt;
-  if (jobs.size() < std::size_t(kPrefillMinRows)) return std::nullopt;
+/// The query blocks of these jobs: runs of consecutive jobs of one sequence, kPrefillRows at most.
+inline std::vector<QueryBlock> query_blocks(std::span<const DeviceJob> jobs) {
   std::vector<QueryBlock> blocks;
   for (int j = 0; j < int(jobs.size()); ++j) {
     const DeviceJob& job = jobs[std::size_t(j)];
@@ -83,6 +80,19 @@ inline std::optional<std::vector<QueryBlock>> plan_query_blocks(const AttendSpec
       }
     }
   }
+  return blocks;
+}
+
+/// Whether a call's keys and values fit the prefill kernel.
+inline bool prefill_fits(const AttendSpec& s) {
+  return s.key_dim >= 1 && s.value_dim >= 1 && s.key_dim <= kPrefillMaxDim && s.value_dim <= kPrefillMaxDim;
+}
+
+/// The prefill kernel's blocks for these jobs, or nothing when the call should run on the decode
+/// kernels (rows not in runs, or rows wider than kPrefillMaxDim).
+inline std::optional<std::vector<QueryBlock>> plan_query_blocks(const AttendSpec& s, std::span<const DeviceJob> jobs) {
+  if (!prefill_fits(s) || jobs.size() < std::size_t(kPrefillMinRows)) return std::nullopt;
+  std::vector<QueryBlock> blocks = query_blocks(jobs);
   if (jobs.size() < blocks.size() * std::size_t(kPrefillMinRows)) return std::nullopt;
   return blocks;
 }
