@@ -5,6 +5,10 @@
 //   automatic  the prefill kernel over query blocks (prefill_blocks.cuh)
 //   decode     every row a job of the decode kernels (the tiled one here), as before it
 //   general    every row a job of the general decode kernel
+// and, as a peer, the scheme the Whisper example's CUDA encoder used before (BM_CublasScheme):
+// per head an (n x n) score matrix from one strided-batched cuBLAS sgemm (fp32, no TF32), a
+// row-softmax kernel, and a second sgemm for the outputs (full mask only). Cuda::attention over
+// the same device matrices is BM_CudaAttention (q, k, v side by side in one buffer, as there).
 // Counters: kernel_ms (GPU time of the attention kernels per call, no copies); GFLOP_per_s, the
 // flops a dense computation needs (2 * dim for a score and 2 * dim for its value row, per
 // (row, visible token) pair and head: 4 * pairs * dim * heads, pairs = n^2 full, n (n + 1) / 2
@@ -12,6 +16,7 @@
 // (which runs first). Wall time adds the queries' upload and the outputs' download.
 #include <benchmark/benchmark.h>
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <array>
@@ -19,11 +24,13 @@
 #include <map>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <polyattn/cache/contiguous.hpp>
+#include <polyattn/core/attention_heads.hpp>
 #include <polyattn/exec/cuda/cuda.cuh>
 
 namespace {
@@ -102,6 +109,117 @@ void BM_CudaPrefill(benchmark::State& state) {
                  (split >= 0 ? ", split to " + std::to_string(split) + " blocks a SM" : ""));
 }
 
+/// qkv (n, 3 * heads * dim) on the device, uniform in [-1, 1].
+exec::cuda::DeviceBuffer<float> random_qkv(int n, int width) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> host(std::size_t(n) * std::size_t(width));
+  for (float& x : host) x = dist(rng);
+  exec::cuda::DeviceBuffer<float> buffer;
+  buffer.reserve(host.size());
+  POLYATTN_CUDA_CHECK(cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return buffer;
+}
+
+/// Seconds of GPU time of `run()` (which queues work on `stream`), per call, over the state's loop.
+template <class Run>
+void time_on_device(benchmark::State& state, cudaStream_t stream, Run run, double flops) {
+  exec::cuda::Event start, stop;
+  run();  // warm-up
+  POLYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  double seconds = 0;
+  for (auto _ : state) {
+    POLYATTN_CUDA_CHECK(cudaEventRecord(start.get(), stream));
+    run();
+    POLYATTN_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+    POLYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    seconds += stop.seconds_since(start);
+  }
+  const double per_call = state.iterations() > 0 ? seconds / double(state.iterations()) : 0.0;
+  state.counters["kernel_ms"] = per_call * 1e3;
+  state.counters["GFLOP_per_s"] = per_call > 0 ? flops / per_call * 1e-9 : 0.0;
+}
+
+/// Each block normalises one row of n scores in place (exp(s - max) / sum); the peer's softmax.
+__global__ void softmax_rows(float* s, int n) {
+  __shared__ float partial[32];
+  float* row = s + std::size_t(blockIdx.x) * std::size_t(n);
+  const auto reduce = [&](float v, bool take_max) {
+    v = take_max ? exec::cuda::warp_max(v) : exec::cuda::warp_sum(v);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+    __syncthreads();
+    float r = partial[0];
+    for (int w = 1; w < int(blockDim.x) / 32; ++w) r = take_max ? fmaxf(r, partial[w]) : r + partial[w];
+    __syncthreads();
+    return r;
+  };
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, row[j]);
+  m = reduce(m, true);
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) sum += row[j] = expf(row[j] - m);
+  const float inv = 1.0f / reduce(sum, false);
+  for (int j = threadIdx.x; j < n; j += blockDim.x) row[j] *= inv;
+}
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("cuBLAS: ") + what + ": " + cublasGetStatusString(status));
+}
+
+/// args: heads, dim, n (full mask).
+void BM_CublasScheme(benchmark::State& state) {
+  if (exec::cuda::device_count() == 0) return state.SkipWithError("no CUDA device");
+  const int heads = int(state.range(0)), dh = int(state.range(1)), n = int(state.range(2)), d = heads * dh;
+  exec::cuda::DeviceBuffer<float> qkv = random_qkv(n, 3 * d), scores, out;
+  scores.reserve(std::size_t(heads) * std::size_t(n) * std::size_t(n));
+  out.reserve(std::size_t(n) * std::size_t(d));
+  exec::cuda::Stream stream;
+  cublasHandle_t handle = nullptr;
+  check_cublas(cublasCreate(&handle), "cublasCreate");
+  check_cublas(cublasSetStream(handle, stream.get()), "cublasSetStream");
+  check_cublas(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  const float alpha = 1.0f / std::sqrt(float(dh)), one = 1.0f, zero = 0.0f;
+  const long long nn = (long long)n * n;
+  // Row-major data seen column-major: S_h^T (n, n) = k_h q_h^T; out_h^T (dh, n) = v_h^T P_h^T.
+  const auto run = [&] {
+    check_cublas(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, n, dh, &alpha, qkv.data() + d, 3 * d, dh, qkv.data(),
+                                           3 * d, dh, &zero, scores.data(), n, nn, heads),
+                 "scores");
+    softmax_rows<<<unsigned(heads) * unsigned(n), 256, 0, stream.get()>>>(scores.data(), n);
+    exec::cuda::check_launch("softmax_rows");
+    check_cublas(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, dh, n, n, &one, qkv.data() + 2 * d, 3 * d, dh,
+                                           scores.data(), n, nn, &zero, out.data(), d, dh, heads),
+                 "outputs");
+  };
+  time_on_device(state, stream.get(), run, 4.0 * double(n) * n * d);
+  cublasDestroy(handle);
+  state.SetLabel("cuBLAS sgemm + softmax kernel + sgemm, full");
+}
+
+/// args: heads, dim, n (full mask): Cuda::attention over q, k, v side by side in one buffer.
+void BM_CudaAttention(benchmark::State& state) {
+  if (exec::cuda::device_count() == 0) return state.SkipWithError("no CUDA device");
+  const int heads = int(state.range(0)), dh = int(state.range(1)), n = int(state.range(2)), d = heads * dh;
+  exec::cuda::DeviceBuffer<float> qkv = random_qkv(n, 3 * d), out;
+  out.reserve(std::size_t(n) * std::size_t(d));
+  exec::cuda::Stream stream;
+  exec::Cuda cuda;
+  using Rows = exec::Cuda::DeviceRows<const float>;
+  const auto run = [&] {
+    cuda.attention(Rows{qkv.data(), 3 * d}, Rows{qkv.data() + d, 3 * d}, Rows{qkv.data() + 2 * d, 3 * d}, {out.data(), d}, n, n,
+                   AttentionHeads{heads, heads, dh}, Mask::full, stream.get());
+  };
+  time_on_device(state, stream.get(), run, 4.0 * double(n) * n * d);
+  state.SetLabel("Cuda::attention, full (includes its jobs' upload and a wait)");
+}
+
+void PeerShapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"heads", "dim", "n"});
+  for (int heads : {6, 8})
+    for (int n : {448, 1500, 4096}) b->Args({heads, 64, n});
+  b->Unit(benchmark::kMillisecond)->MinTime(0.2);
+}
+
 void Shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"heads", "dim", "n", "causal", "split"});
   for (int heads : {6, 8})
@@ -123,6 +241,8 @@ void Splits(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(BM_CudaPrefill<Kernel::automatic>)->Apply(Shapes);
+BENCHMARK(BM_CublasScheme)->Apply(PeerShapes);
+BENCHMARK(BM_CudaAttention)->Apply(PeerShapes);
 BENCHMARK(BM_CudaPrefill<Kernel::automatic>)->Apply(Splits)->Name("BM_CudaPrefillSplit");
 BENCHMARK(BM_CudaPrefill<Kernel::decode>)->Apply(Shapes);
 BENCHMARK(BM_CudaPrefill<Kernel::general>)->Apply(Shapes);
