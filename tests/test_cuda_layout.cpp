@@ -318,12 +318,13 @@ TEST_CASE("the tiled decode kernel takes aligned rows that fit its shared memory
 }
 
 TEST_CASE("the prefill kernel takes rows in runs of one sequence, 32 a block, each block over its rows' tokens") {
+  constexpr std::size_t kH100Shared = 227 << 10, kSm89Shared = 99 << 10;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
   const AttendSpec mha = attend_spec(2, 1, 0, 0, 64, 1, 0, 64);
   // A causal chunk of 70 rows after 100 cached tokens, then 9 rows of another sequence, full.
   std::vector<DeviceJob> jobs;
   for (int i = 0; i < 70; ++i) jobs.push_back({3, 0, 100 + i + 1});
   for (int i = 0; i < 9; ++i) jobs.push_back({1, 0, 9});
-  const auto blocks = plan_query_blocks(mha, jobs);
+  const auto blocks = plan_query_blocks(mha, jobs, kH100Shared);
   REQUIRE(blocks);
   REQUIRE(blocks->size() == 4);
   const QueryBlock expected[] = {{0, 32, 3, 0, 132}, {32, 32, 3, 0, 164}, {64, 6, 3, 0, 170}, {70, 9, 1, 0, 9}};
@@ -341,30 +342,32 @@ TEST_CASE("the prefill kernel takes rows in runs of one sequence, 32 a block, ea
   // end; rows that see nothing widen nothing.
   std::vector<DeviceJob> window{{0, 0, 0}, {0, 0, 0}};
   for (int i = 0; i < 30; ++i) window.push_back({0, std::max(0, i + 1 - 8), i + 1});
-  const auto windowed = plan_query_blocks(mha, window);
+  const auto windowed = plan_query_blocks(mha, window, kH100Shared);
   REQUIRE(windowed);
   REQUIRE(windowed->size() == 1);
   CHECK(windowed->front().key_first == 0);
   CHECK(windowed->front().key_end == 30);
   std::vector<DeviceJob> late{{0, 5, 5}};
   for (int i = 0; i < 10; ++i) late.push_back({0, 40 + i, 50 + i});
-  REQUIRE(plan_query_blocks(mha, late));
-  CHECK(plan_query_blocks(mha, late)->front().key_first == 40);
-  CHECK(plan_query_blocks(mha, late)->front().key_end == 59);
+  REQUIRE(plan_query_blocks(mha, late, kH100Shared));
+  CHECK(plan_query_blocks(mha, late, kH100Shared)->front().key_first == 40);
+  CHECK(plan_query_blocks(mha, late, kH100Shared)->front().key_end == 59);
 
   // Refused: a decode batch (one row a sequence), fewer than 8 rows a block on average, fewer
-  // than 8 rows in all, rows wider than 256.
+  // than 8 rows in all, rows wider than 256 or needing more shared memory than the device has.
   std::vector<DeviceJob> decode;
   for (int s = 0; s < 64; ++s) decode.push_back({s, 0, 4096});
-  CHECK_FALSE(plan_query_blocks(mha, decode));
+  CHECK_FALSE(plan_query_blocks(mha, decode, kH100Shared));
   std::vector<DeviceJob> short_runs;
   for (int s = 0; s < 16; ++s)
     for (int i = 0; i < 7; ++i) short_runs.push_back({s, 0, i + 1});
-  CHECK_FALSE(plan_query_blocks(mha, short_runs));
-  CHECK_FALSE(plan_query_blocks(mha, std::span(jobs).first(7)));
-  CHECK(plan_query_blocks(attend_spec(1, 1, 0, 0, 256, 1, 0, 256), jobs));
-  CHECK_FALSE(plan_query_blocks(attend_spec(1, 6, 0, 0, 384, 0, 0, 384), jobs));
-  CHECK_FALSE(plan_query_blocks(attend_spec(1, 1, 0, 0, 64, 1, 0, 512), jobs));
+  CHECK_FALSE(plan_query_blocks(mha, short_runs, kH100Shared));
+  CHECK_FALSE(plan_query_blocks(mha, std::span(jobs).first(7), kH100Shared));
+  CHECK(plan_query_blocks(attend_spec(1, 1, 0, 0, 256, 1, 0, 256), jobs, kH100Shared));
+  CHECK_FALSE(plan_query_blocks(attend_spec(1, 1, 0, 0, 256, 1, 0, 256), jobs, kSm89Shared));  // 100.1 KiB of shared memory
+  CHECK(plan_query_blocks(attend_spec(1, 1, 0, 0, 128, 1, 0, 256), jobs, kSm89Shared));
+  CHECK_FALSE(plan_query_blocks(attend_spec(1, 6, 0, 0, 384, 0, 0, 384), jobs, kH100Shared));
+  CHECK_FALSE(plan_query_blocks(attend_spec(1, 1, 0, 0, 64, 1, 0, 512), jobs, kH100Shared));
 
   // Shared memory: 32 queries of 64, 32 key rows of 65, 32 value rows of 64, 32 x 32 weights.
   CHECK(prefill_shared_bytes(mha) == (32 * 64 + 32 * 65 + 32 * 64 + 32 * 32) * sizeof(float));

@@ -394,8 +394,8 @@ void check_prefill_against_reference(const std::vector<TensorSpec>& tensors, con
 
 }  // namespace
 
-// The lengths #13 names (1 and 2 rows stay on the decode kernels: fewer rows than a block
-// takes), causal and full, alone and as a chunk after 100 cached tokens, on every layout.
+// The lengths #13 names, causal and full, alone and as a chunk after 100 cached tokens, on every
+// layout (with sequence b's 37 rows in the same call, even 1 and 2 rows take the prefill kernel).
 TEST_CASE_TEMPLATE("cuda: prefill over query blocks matches the Reference executor" * doctest::skip(kNoDevice), Layout, Nhd, Hnd,
                    Paged<16>, Paged<7>) {
   const std::vector<TensorSpec> mha{{2, 64}, {2, 64}};
@@ -479,6 +479,13 @@ void check_device_attention(int n, int n_keys, AttentionHeads heads, Mask mask, 
   INFO("n ", n, " n_keys ", n_keys, mask == Mask::full ? " full" : " causal", " heads ", heads.query_heads, "/", heads.kv_heads, " x ",
        dh, packed ? " packed" : "");
   CHECK(max_abs_diff(got, want) <= fp32_attention_tolerance(dh, std::max(1, n_keys)));
+  // Nothing written past a row's end: the padding columns are still NaN.
+  std::vector<float> padded(std::size_t(n) * std::size_t(out_stride));
+  POLYATTN_CUDA_CHECK(cudaMemcpy(padded.data(), out_buffer.data(), padded.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  int written_padding = 0;
+  for (int r = 0; r < n; ++r)
+    for (std::int64_t c = ow; c < out_stride; ++c) written_padding += !std::isnan(padded[std::size_t(r * out_stride + c)]);
+  CHECK(written_padding == 0);
 }
 
 }  // namespace
@@ -493,6 +500,8 @@ TEST_CASE("cuda: attention over device matrices matches polyattn::attention on t
   check_device_attention(100, 100, {8, 2, 40, 0.0f, 24}, Mask::causal, false);
   check_device_attention(40, 100, {4, 4, 32}, Mask::causal, false);
   check_device_attention(70, 40, {4, 4, 32}, Mask::causal, false);
+  check_device_attention(100, 40, {4, 4, 32}, Mask::causal, false);  // the first block's 32 rows all see nothing
+  check_device_attention(1500, 100, {2, 2, 32}, Mask::causal, false);  // tokens split into chunks, 1400 rows see nothing
   check_device_attention(70, 40, {4, 4, 32}, Mask::full, false);
   check_device_attention<SlidingWindow<48>>(257, 257, {6, 6, 64}, Mask::causal, true);
 
@@ -504,6 +513,43 @@ TEST_CASE("cuda: attention over device matrices matches polyattn::attention on t
                        ShapeError);
   CHECK_THROWS_WITH_AS(cuda.attention(rows, {buffer.data(), 100}, rows, {buffer.data(), 600}, 4, 4, {2, 2, 64}, Mask::full),
                        doctest::Contains("narrower than its row"), ShapeError);
+}
+
+TEST_CASE("cuda: a NaN key gives NaN on the prefill kernel, also beside keys a row does not see" * doctest::skip(kNoDevice)) {
+  // Token 0's key is NaN in head 0: every row sees it, so head 0's outputs are NaN on Reference
+  // (core/attend.hpp); row 0 sees nothing else, the case a max that drops NaN turned into 0.
+  // Head 1's outputs stay finite and equal.
+  const std::vector<TensorSpec> tensors{{2, 16}, {2, 16}};
+  const AttendSpec spec = attend_spec(2, 1, 0, 0, 16, 1, 0, 16);
+  CacheStore<Nhd, float> store(tensors, {.max_sequences = 1, .capacity = 48, .poison_unused = true});
+  const int seq = store.open();
+  store.grow(seq, 40);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (int t = 0; t < 2; ++t)
+    for (int token = 0; token < 40; ++token)
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 16; ++i) store.row(t, seq, token, h)[i] = dist(rng);
+  store.row(0, seq, 0, 0)[3] = NAN;
+  std::vector<float> q(40 * 32), got(40 * 32, 0.0f), want(40 * 32, 0.0f);
+  for (float& x : q) x = dist(rng);
+  std::vector<QueryJob> jobs_cuda, jobs_ref;
+  for (int i = 0; i < 40; ++i) {
+    jobs_cuda.push_back({seq, i + 1, q.data() + i * 32, got.data() + i * 32});
+    jobs_ref.push_back({seq, i + 1, q.data() + i * 32, want.data() + i * 32});
+  }
+  exec::Cuda cuda;
+  cuda.attend(std::as_const(store), spec, jobs_cuda);
+  exec::Reference().attend(std::as_const(store), spec, jobs_ref);
+  int nan_mismatch = 0;
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    REQUIRE(std::isnan(want[i]) == (i % 32 < 16));  // the oracle: head 0 NaN, head 1 finite
+    if (std::isnan(got[i]) != std::isnan(want[i])) ++nan_mismatch;
+    else if (!std::isnan(want[i])) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+  }
+  CHECK(nan_mismatch == 0);
+  CHECK(worst <= fp32_attention_tolerance(16, 40));
 }
 
 TEST_CASE("cuda: unsupported specs are refused with a clear error" * doctest::skip(kNoDevice)) {

@@ -110,6 +110,9 @@ class Cuda {
   /// device is usable.
   explicit Cuda(const Threads& /*threads*/ = {}) : device_(usable_device()) {
     POLYATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+    int max_shared = 0;
+    POLYATTN_CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
+    max_shared_bytes_ = std::size_t(max_shared);
   }
 
   int device() const { return device_; }
@@ -180,17 +183,21 @@ class Cuda {
   /// are, with no mirror and no copies of the matrices. Shapes and masks as polyattn::attention
   /// (uncached_attention.hpp): q (n, query_heads * head_dim), k (n_keys, kv_heads * head_dim),
   /// v (n_keys, kv_heads * value_dim), out (n, query_heads * value_dim); Mask::causal makes the n
-  /// rows the last n of the n_keys positions. Heads up to kPrefillMaxDim (256) wide. Runs on
-  /// `stream` (the executor's own when null), after whatever the caller queued there, and returns
-  /// once it is done.
+  /// rows the last n of the n_keys positions. Heads up to kPrefillMaxDim (256) wide, within the
+  /// device's shared memory (query_blocks.hpp). Runs on `stream` (null: the legacy default stream),
+  /// after whatever the caller queued there, and returns once it is done.
   template <KeyMask KeyMaskT = PrefixMask>
   void attention(DeviceRows<const float> q, DeviceRows<const float> k, DeviceRows<const float> v, DeviceRows<float> out, int n,
                  int n_keys, const AttentionHeads& heads, Mask mask, cudaStream_t stream = nullptr) {
     static_assert(!KeyMaskT::drops_keys, "polyattn: exec::Cuda takes key masks that give each row a range of tokens");
     const int hq = heads.query_heads, hkv = heads.kv_heads, dh = heads.head_dim, dv = heads.values();
     heads.check("Cuda::attention");
+    const AttendSpec spec = heads.spec();
     require<ShapeError>(dh <= cuda::kPrefillMaxDim && dv <= cuda::kPrefillMaxDim, "Cuda::attention: heads of ", dh, " and values of ", dv,
                         " columns; at most ", cuda::kPrefillMaxDim);
+    require<ShapeError>(cuda::prefill_fits(spec, max_shared_bytes_), "Cuda::attention: heads of ", dh, " and values of ", dv,
+                        " need ", cuda::prefill_shared_bytes(spec), " bytes of shared memory a block; this device gives ",
+                        max_shared_bytes_);
     require<ShapeError>(hq <= cuda::kMaxGridYZ, "Cuda::attention: too many heads (", hq, ") for one launch");
     require<ShapeError>(n >= 0 && n_keys >= 0, "Cuda::attention: ", n, " rows over ", n_keys, " keys");
     require<ShapeError>(q.row_stride >= std::int64_t(hq) * dh && k.row_stride >= std::int64_t(hkv) * dh &&
@@ -199,9 +206,8 @@ class Cuda {
                         v.row_stride, ", out ", out.row_stride, ")");
     if (n == 0) return;
     POLYATTN_CUDA_CHECK(cudaSetDevice(device_));
-    if (!stream) stream = stream_.get();
+    if (!stream) stream = cudaStreamLegacy;  // ordered after the caller's work on the default stream
 
-    const AttendSpec spec = heads.spec();
     jobs_.reserve(std::size_t(n));
     jobs_device_.reserve(std::size_t(n));
     for (int i = 0; i < n; ++i) {
@@ -363,7 +369,7 @@ class Cuda {
     // The prefill kernel where the rows come in runs (query_blocks.hpp); else the tiled decode
     // kernel where the call fits it (tile_plan.hpp), else the general one.
     if (kernel_ == Kernel::automatic)
-      if (const auto blocks = cuda::plan_query_blocks(spec, std::span<const cuda::DeviceJob>(jobs_.data(), std::size_t(n)))) {
+      if (const auto blocks = cuda::plan_query_blocks(spec, std::span<const cuda::DeviceJob>(jobs_.data(), std::size_t(n)), max_shared_bytes_)) {
         run_prefill<T>(spec, jobs, *blocks);
         return;
       }
@@ -524,6 +530,7 @@ class Cuda {
 
   int device_ = 0;
   int sm_count_ = 1;
+  std::size_t max_shared_bytes_ = 48 << 10;  // dynamic shared memory one block may opt in to
   Kernel kernel_ = Kernel::automatic;
   int prefill_blocks_per_sm_ = cuda::kBlocksPerSm;
   cuda::Stream stream_;

@@ -99,8 +99,16 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+/// max(a, b), NaN if either is: fmaxf alone drops NaN, and a NaN score beside only -inf ones
+/// would then weigh 0 instead of making the output NaN (core/attend.hpp). A NaN running max makes
+/// raise_max's factor and every later weight NaN, so the row's output is NaN, as on the CPU.
+__device__ __forceinline__ float max_keeping_nan(float a, float b) {
+  return isnan(a) || isnan(b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+}
+
+/// The lanes' maximum (NaN if any lane holds NaN).
 __device__ __forceinline__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  for (int offset = 16; offset > 0; offset /= 2) x = max_keeping_nan(x, __shfl_xor_sync(0xffffffffu, x, offset));
   return x;
 }
 
@@ -111,7 +119,7 @@ __device__ __forceinline__ float warp_max(float x) {
 /// are the head's shared-memory slots; every lane of the warp must call.
 __device__ __forceinline__ void softmax_tile(float* scores, int n, float& run_max, float& run_sum, float& rescale, int lane) {
   float m = kNegativeInfinity<float>;
-  for (int t = lane; t < n; t += 32) m = fmaxf(m, scores[t]);
+  for (int t = lane; t < n; t += 32) m = max_keeping_nan(m, scores[t]);
   m = warp_max(m);
   SoftmaxState<float> state;
   state.max = run_max;

@@ -83,15 +83,19 @@ inline std::vector<QueryBlock> query_blocks(std::span<const DeviceJob> jobs) {
   return blocks;
 }
 
-/// Whether a call's keys and values fit the prefill kernel.
-inline bool prefill_fits(const AttendSpec& s) {
-  return s.key_dim >= 1 && s.value_dim >= 1 && s.key_dim <= kPrefillMaxDim && s.value_dim <= kPrefillMaxDim;
+/// Whether a call's keys and values fit the prefill kernel: at most kPrefillMaxDim wide, and its
+/// shared memory within the device's limit for one block (cudaDevAttrMaxSharedMemoryPerBlockOptin:
+/// 227 KiB on an H100, 99 KiB on sm_86 and sm_89, where 256-wide rows need 100 KiB).
+inline bool prefill_fits(const AttendSpec& s, std::size_t max_shared_bytes) {
+  return s.key_dim >= 1 && s.value_dim >= 1 && s.key_dim <= kPrefillMaxDim && s.value_dim <= kPrefillMaxDim &&
+         prefill_shared_bytes(s) <= max_shared_bytes;
 }
 
 /// The prefill kernel's blocks for these jobs, or nothing when the call should run on the decode
-/// kernels (rows not in runs, or rows wider than kPrefillMaxDim).
-inline std::optional<std::vector<QueryBlock>> plan_query_blocks(const AttendSpec& s, std::span<const DeviceJob> jobs) {
-  if (!prefill_fits(s) || jobs.size() < std::size_t(kPrefillMinRows)) return std::nullopt;
+/// kernels (rows not in runs, or rows that do not fit it).
+inline std::optional<std::vector<QueryBlock>> plan_query_blocks(const AttendSpec& s, std::span<const DeviceJob> jobs,
+                                                                std::size_t max_shared_bytes) {
+  if (!prefill_fits(s, max_shared_bytes) || jobs.size() < std::size_t(kPrefillMinRows)) return std::nullopt;
   std::vector<QueryBlock> blocks = query_blocks(jobs);
   if (jobs.size() < blocks.size() * std::size_t(kPrefillMinRows)) return std::nullopt;
   return blocks;
