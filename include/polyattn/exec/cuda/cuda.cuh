@@ -29,7 +29,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -128,7 +127,7 @@ class Cuda {
   /// How far the prefill kernel splits its query blocks' tokens: into chunks until about this many
   /// blocks per SM run (plan_chunks); 0 never splits. For comparisons, in benchmarks.
   void set_prefill_blocks_per_sm(int blocks) { prefill_blocks_per_sm_ = blocks; }
-  /// GPU time of the last attend's kernels (attend_chunks + merge_chunks), without copies.
+  /// GPU time of the last call's kernels (prefill or decode kernels, and merge_chunks), without copies.
   double last_kernel_seconds() const { return last_kernel_seconds_; }
   /// Token rows copied into the cache mirror since the executor was made (one count per token,
   /// every cached tensor's row of it included): a fork on Paged<P> adds only its own pages' rows.
@@ -503,7 +502,7 @@ class Cuda {
     for (std::size_t j = 0; j < jobs.size(); ++j) std::memcpy(jobs[j].out, out_.data() + j * out_row, out_row * sizeof(float));
   }
 
-  /// Launches `kernel` on the executor's stream with `shared` bytes of dynamic shared memory.
+  /// Launches `kernel` on `stream` with `shared` bytes of dynamic shared memory.
   template <class Params>
   void launch(void (*kernel)(Params), dim3 grid, int threads, std::size_t shared, const Params& params, const char* name,
               cudaStream_t stream) {

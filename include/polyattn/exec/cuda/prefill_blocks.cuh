@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kPrefillThreads) attend_query_blocks(PrefillPa
   if (begin >= b.key_end && (chunk > 0 || p.max_chunks > 1)) return;
   const int query_heads = s.cache_heads * s.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int query_cols = (s.key_dim + 3) / 4 * 4, key_stride = prefill_key_stride(s.key_dim), dv = s.value_dim;
+  const int query_cols = prefill_query_cols(s.key_dim), key_stride = prefill_key_stride(s.key_dim), dv = s.value_dim;
 
   // Shared memory: queries (kPrefillRows, query_cols), keys (kPrefillKeys, key_stride), values
   // (kPrefillKeys, dv), weights (kPrefillRows, kPrefillKeys); all float.

@@ -44,14 +44,17 @@ struct QueryBlock {
   int key_end;
 };
 
-/// Columns of a row of the key tile: key_dim rounded up to 4 (the query is read four at a time),
-/// plus one so that the lanes, each on its own key row, read different shared-memory banks.
-POLYATTN_HOST_DEVICE int prefill_key_stride(int key_dim) { return (key_dim + 3) / 4 * 4 + 1; }
+/// Columns of a query row in shared memory: key_dim rounded up to 4 (read four at a time).
+POLYATTN_HOST_DEVICE int prefill_query_cols(int key_dim) { return (key_dim + 3) / 4 * 4; }
+
+/// Columns of a row of the key tile: the query's, plus one so that the lanes, each on its own key
+/// row, read different shared-memory banks.
+POLYATTN_HOST_DEVICE int prefill_key_stride(int key_dim) { return prefill_query_cols(key_dim) + 1; }
 
 /// Shared-memory bytes of a prefill block: the block's queries, one tile of key and of value rows
 /// (as float), and the tile's weights.
 inline std::size_t prefill_shared_bytes(const AttendSpec& s) {
-  const std::size_t queries = std::size_t(kPrefillRows) * std::size_t((s.key_dim + 3) / 4 * 4);
+  const std::size_t queries = std::size_t(kPrefillRows) * std::size_t(prefill_query_cols(s.key_dim));
   const std::size_t keys = std::size_t(kPrefillKeys) * std::size_t(prefill_key_stride(s.key_dim));
   const std::size_t values = std::size_t(kPrefillKeys) * std::size_t(s.value_dim);
   const std::size_t weights = std::size_t(kPrefillRows) * kPrefillKeys;
