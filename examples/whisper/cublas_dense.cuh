@@ -16,7 +16,9 @@
 // (as for exec::Cuda).
 //
 // The GEMMs' arguments (row-major data seen column-major by cuBLAS) are planned in gemm_plan.hpp,
-// host-only, where a CPU test runs the same calls through a reference GEMM.
+// host-only, where a CPU test runs the same calls through a reference GEMM. The encoder's
+// self-attention is the library's: exec::Cuda::attention (the tiled prefill kernel) reads q, k and
+// v where the upload left them, with no (heads, n, n) score matrix.
 #pragma once
 
 #include <cublas_v2.h>
@@ -24,14 +26,13 @@
 
 #include <algorithm>
 #include <climits>
-#include <cmath>
 #include <cstddef>
 #include <string>
 #include <utility>
 
+#include <polyattn/exec/cuda/cuda.cuh>
 #include <polyattn/exec/cuda/cuda_error.cuh>
 #include <polyattn/exec/cuda/device_memory.cuh>
-#include <polyattn/exec/cuda/kernels.cuh>
 
 #include "converted_weights.hpp"
 #include "dense.hpp"
@@ -52,40 +53,6 @@ template <class T>
 __global__ void add_row_bias(T* y, const T* bias, long long rows, int cols) {
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < rows * cols) y[i] += bias[i % cols];
-}
-
-// Reduces one value per thread over the block (kMax: maximum, else sum); every thread gets the
-// result. partial: kThreads / 32 floats of shared memory.
-template <int kThreads, bool kMax>
-__device__ float block_reduce(float v, float* partial) {
-  v = kMax ? exec::cuda::warp_max(v) : exec::cuda::warp_sum(v);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  float r = partial[0];
-  for (int w = 1; w < kThreads / 32; ++w) r = kMax ? fmaxf(r, partial[w]) : r + partial[w];
-  __syncthreads();  // partial is reused by the next reduction
-  return r;
-}
-
-// Each block normalises one row of length n in place: exp(s - max) / sum. The row is read
-// three times (max, exp and sum, scale); the encoder's rows (1500 floats) stay in L1/L2.
-template <int kThreads>
-__global__ void __launch_bounds__(kThreads) softmax_rows(float* s, int n) {
-  static_assert(kThreads % 32 == 0 && kThreads <= 1024);
-  __shared__ float partial[kThreads / 32];
-  float* row = s + static_cast<std::size_t>(blockIdx.x) * static_cast<std::size_t>(n);
-  float m = -INFINITY;
-  for (int j = threadIdx.x; j < n; j += kThreads) m = fmaxf(m, row[j]);
-  m = block_reduce<kThreads, true>(m, partial);
-  float sum = 0.0f;
-  for (int j = threadIdx.x; j < n; j += kThreads) {
-    const float e = expf(row[j] - m);
-    row[j] = e;
-    sum += e;
-  }
-  sum = block_reduce<kThreads, false>(sum, partial);
-  const float inv = 1.0f / sum;
-  for (int j = threadIdx.x; j < n; j += kThreads) row[j] *= inv;
 }
 
 }  // namespace cublas_detail
@@ -150,14 +117,10 @@ class CublasDense final : public Dense {
     const int d = width / 3;
     if (n == 0) return;
     const float* d_qkv = upload(qkv, x_);
-    scores_.reserve(std::size_t(n_heads) * std::size_t(n) * std::size_t(n));
     y_.reserve(std::size_t(n) * std::size_t(d));
-    run(scores_call(n, d, n_heads), d_qkv, d_qkv, scores_.data(), "scores");
-    constexpr int kThreads = 256;
-    cublas_detail::softmax_rows<kThreads><<<static_cast<unsigned>(n_heads) * static_cast<unsigned>(n), kThreads, 0, stream_.get()>>>(
-        scores_.data(), n);
-    exec::cuda::check_launch("softmax_rows");
-    run(outputs_call(n, d, n_heads), d_qkv, scores_.data(), y_.data(), "outputs");
+    using Rows = exec::Cuda::DeviceRows<const float>;
+    attention_.attention(Rows{d_qkv, 3 * d}, Rows{d_qkv + d, 3 * d}, Rows{d_qkv + 2 * d, 3 * d}, {y_.data(), d}, n, n,
+                         AttentionHeads{n_heads, n_heads, d / n_heads}, Mask::full, stream_.get());
     download(y_.data(), out);
   }
 
@@ -218,8 +181,9 @@ class CublasDense final : public Dense {
   std::string device_name_;
   exec::cuda::Stream stream_;
   cublasHandle_t handle_ = nullptr;
+  exec::Cuda attention_;  // the encoder's self-attention: its tiled prefill kernel over q, k, v where they lie
   ConvertedWeights<exec::cuda::DeviceBuffer<float>> weights_{"cuBLAS"};
-  exec::cuda::DeviceBuffer<float> x_, y_, scores_;  // activations, results, encoder attention scores
+  exec::cuda::DeviceBuffer<float> x_, y_;  // activations, results
 };
 
 }  // namespace polyattn::whisper
