@@ -52,9 +52,14 @@ void score_block(const T* keys, std::ptrdiff_t key_stride, int n, int dim, const
   constexpr bool wide = kVectorRegisters<Arch> == 32;
   // Keys x vectors of query lanes per register block: 8 x 3 + 3 + 1 = 28 of 32 registers, which
   // divides a 64-key tile without a remainder (6 x 4 left 4 keys to a slower 1 x 4 pass; 8 x 3
-  // ran 2-3% faster at 1500 tokens on the Xeon); 2 x 4 + 4 + 1 = 13 of 16.
-  constexpr int kKeys = wide ? 8 : 2;
-  constexpr int kVectors = wide ? 3 : 4;
+  // ran 2-3% faster at 1500 tokens on the Xeon). AVX2's 16 registers: 4 x 3 + 3 + 1 = 16, 7
+  // loads (3 query vectors, 4 key broadcasts) for 12 FMAs where 2 x 4 + 4 + 1 = 13 loaded 6 for 8.
+  // With the value product's 6 x 2 (decode_tile.hpp, kBlockValueColumns), on an AMD EPYC Zen 3
+  // (AVX2), 2 threads, 6 heads of 64, against the 2 x 4 blocks before, alternated runs (a noisy VM: best
+  // of 3): 1500 tokens full 46-50 ms against 50-54, causal 23-25 against 31-34; 448 full 3.9-4.3
+  // against 4.6-5.6; 4096 causal 140-178 against 209-235.
+  constexpr int kKeys = wide ? 8 : 4;
+  constexpr int kVectors = 3;
   const int vectors = (lanes + W - 1) / W;
   // Whole register blocks, then one key or one vector at a time: 4 instantiations per element
   // type rather than every (keys, vectors) pair, which compile time (sanitizer builds above all)

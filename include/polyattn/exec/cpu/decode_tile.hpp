@@ -320,6 +320,15 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, const T* rows, 
 template <class Arch>
 inline constexpr int kValueVectors = kVectorRegisters<Arch> == 32 ? 6 : 2;
 
+/// A prefill block's value product (accumulate_weights over [token][lanes] weights): query
+/// vectors x column vectors per register block. AVX-512: 6 x 4, as decode. AVX2's 16 registers:
+/// 6 x 2 + 2 values + 1 weight = 15, 8 loads a row for 12 FMAs, where decode's 2 x 4 (13) loads
+/// 6 for 8 (measured with score_block's AVX2 block: block_tile.hpp).
+template <class Arch>
+inline constexpr int kBlockValueVectors = 6;
+template <class Arch>
+inline constexpr int kBlockValueColumns = kVectorRegisters<Arch> == 32 ? 4 : 2;
+
 /// Passes of accumulate_tile over each row of a tile (each calls NextTile::value_step once per
 /// row): one per column block of 4 or 1 vectors and block of kValueVectors heads.
 template <class Arch>
@@ -336,7 +345,9 @@ template <class Arch, class T, bool ByToken>
 void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T* rows, std::ptrdiff_t stride, int n, float* acc,
                         int dim, int acc_stride = 0, NextTile* next = nullptr) {
   if (acc_stride == 0) acc_stride = dim;
-  constexpr int W = int(xsimd::batch<float, Arch>::size), kVectors = kValueVectors<Arch>;
+  constexpr int W = int(xsimd::batch<float, Arch>::size);
+  constexpr int kVectors = ByToken ? kBlockValueVectors<Arch> : kValueVectors<Arch>;
+  constexpr int kColumns = ByToken ? kBlockValueColumns<Arch> : 4;
   const auto columns = [&](auto nc, int c) {
     constexpr int NC = decltype(nc)::value;
     if constexpr (ByToken) {  // prefill blocks: whole register blocks, then one vector at a time (fewer instantiations)
@@ -354,7 +365,7 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T*
     }
   };
   int c = 0;
-  for (; c + 4 * W <= dim; c += 4 * W) columns(std::integral_constant<int, 4>{}, c);
+  for (; c + kColumns * W <= dim; c += kColumns * W) columns(std::integral_constant<int, kColumns>{}, c);
   for (; c + W <= dim; c += W) columns(std::integral_constant<int, 1>{}, c);
   for (; c < dim; ++c)  // columns past the last full vector
     for (int g = 0; g < m; ++g) {
