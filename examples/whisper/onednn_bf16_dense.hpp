@@ -50,6 +50,20 @@ class OnednnBf16Dense final : public OnednnDense {
 
   std::string name() const override { return "onednn bfloat16 (CPU)"; }
 
+  /// Whether oneDNN has a bfloat16 matmul for this CPU (oneDNN 2.6: AVX-512 and later, not AVX2);
+  /// where it has none, stored_affine throws saying so.
+  static bool supported() {
+    using dt = dnnl::memory::data_type;
+    try {
+      const dnnl::engine cpu(dnnl::engine::kind::cpu, 0);
+      const dnnl::memory::desc x({1, 1}, dt::bf16, {1, 1}), w({1, 1}, dt::bf16, {1, 1}), y({1, 1}, dt::f32, {1, 1});
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(x, w, y), cpu);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }
+
   void stored_affine(ConstMatrixRef x, const WeightMatrix& w, const RowVectorXf* bias, MatrixRef y) override {
     check_shapes(x, w.rows(), w.cols(), bias, y);  // the matmul's descriptors take K from x, N from W
     if (y.size() == 0) return;

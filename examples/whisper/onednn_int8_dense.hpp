@@ -2,11 +2,18 @@
 // model's stored linear layers (Dense::stored_affine, dense.hpp):
 //
 //   W (out, in), quantized once, at its first use, per output row r:
-//     sw_r = max_j |W[r, j]| / 127,  Wq[r, j] = round(W[r, j] / sw_r)  (int8; a zero row: sw_r = 0, Wq 0)
+//     sw_r = max_j |W[r, j]| / L,  Wq[r, j] = round(W[r, j] / sw_r)  (int8; a zero row: sw_r = 0, Wq 0)
 //   x (n, in), quantized at every call, per row i:
-//     sx_i = max_j |x[i, j]| / 127,  xq[i, j] = round(x[i, j] / sx_i)
+//     sx_i = max_j |x[i, j]| / L,  xq[i, j] = round(x[i, j] / sx_i)
 //   y[i, r] = (xq[i] . Wq[r]) sx_i sw_r + b[r],  the dot product in int32 by oneDNN's
 //     dnnl_gemm_s8s8s32 (exact: |xq . Wq| <= 127^2 in < 2^31 for in < 133,000)
+// L, the largest code, is 127 where oneDNN has a VNNI kernel (AVX512-VNNI, AVX-VNNI: 4 products
+// summed into int32) and 63 elsewhere. Without VNNI its kernels multiply u8 by s8 with vpmaddubsw,
+// which adds two products into a saturating int16: an s8 operand made u8 by adding 128 reaches
+// 255, and 2 x 255 x 127 > 32767. That saturation was measured on an AMD EPYC Zen 3 (AVX2) at 127:
+// errors 5-18 times the bound below. With every code in [-63, 63] a shifted operand is at most
+// 191 and a pair at most 2 x 191 x 63 = 24066, whichever operand oneDNN shifts; the price is one
+// bit of resolution (each operand's rounding error doubles).
 //
 // The stored linear layers are the encoder's (QKV, attention output, MLP), the decoder's MLP and
 // its self-attention projections (those a policy borrows from the model, and a policy's converted
@@ -24,9 +31,8 @@
 //
 // The products run in the panel scheme of OnednnDense (weight_matrix.hpp's for_each_panel): one
 // OpenMP team splits W's rows, each panel one oneDNN call on one thread, its int32 block turned
-// into y at once while it is in cache. oneDNN picks its kernel at run time; with AVX512-VNNI (the
-// Xeon measured) the int8 sums are exact. Kernels without VNNI were not checked: their 16-bit
-// intermediate pair sums could saturate.
+// into y at once while it is in cache. oneDNN picks its kernel at run time (int8_levels() follows
+// the same CPU test: oneDNN's effective ISA).
 //
 // Speed on that Xeon, 2 threads, oneDNN 2.6, stored_affine against OnednnDense's with 1500 rows
 // of x (a window's encoder): in = 1536 (the MLP's fc2) 5.9 -> 1.9 ms; in = 384 (QKV, attention
@@ -59,14 +65,23 @@
 
 namespace polyattn::whisper {
 
-/// max_j |v_j| / 127: the scale that maps a row's largest magnitude to 127 (0 for a zero row).
-inline float int8_row_scale(const float* v, Eigen::Index n) {
-  return n == 0 ? 0.0f : Eigen::Map<const Eigen::ArrayXf>(v, n).abs().maxCoeff() / 127.0f;
+/// The largest int8 code OnednnInt8Dense uses on this CPU: 127 where oneDNN runs a VNNI kernel,
+/// 63 where its kernels sum pairs of products into saturating int16 (see above).
+inline int int8_levels() {
+  const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const auto has = [&](dnnl_cpu_isa_t bits) { return (isa & unsigned(bits)) == unsigned(bits); };
+  return has(dnnl_cpu_isa_avx512_core_vnni) || has(dnnl_cpu_isa_avx2_vnni) ? 127 : 63;
 }
 
-/// q_j = round(v_j / scale) (to nearest, ties to even), in [-127, 127]; all 0 when scale is 0 (a
-/// zero row). In chunks: Eigen rounds a float chunk in vector registers, the compiler narrows it.
-inline void quantize_int8_row(const float* v, Eigen::Index n, float scale, std::int8_t* q) {
+/// max_j |v_j| / levels: the scale that maps a row's largest magnitude to the largest code (0 for
+/// a zero row).
+inline float int8_row_scale(const float* v, Eigen::Index n, int levels) {
+  return n == 0 ? 0.0f : Eigen::Map<const Eigen::ArrayXf>(v, n).abs().maxCoeff() / float(levels);
+}
+
+/// q_j = round(v_j / scale) (to nearest, ties to even), in [-levels, levels]; all 0 when scale is
+/// 0 (a zero row). In chunks: Eigen rounds a float chunk in vector registers, the compiler narrows it.
+inline void quantize_int8_row(const float* v, Eigen::Index n, float scale, int levels, std::int8_t* q) {
   if (scale == 0.0f) {
     std::fill(q, q + n, std::int8_t{0});
     return;
@@ -76,7 +91,7 @@ inline void quantize_int8_row(const float* v, Eigen::Index n, float scale, std::
   alignas(64) float rounded[kChunk];
   for (Eigen::Index first = 0; first < n; first += kChunk) {
     const Eigen::Index m = std::min(kChunk, n - first);
-    Eigen::Map<Eigen::ArrayXf>(rounded, m) = (Eigen::Map<const Eigen::ArrayXf>(v + first, m) * inverse).rint().max(-127.0f).min(127.0f);
+    Eigen::Map<Eigen::ArrayXf>(rounded, m) = (Eigen::Map<const Eigen::ArrayXf>(v + first, m) * inverse).rint().max(-float(levels)).min(float(levels));
     for (Eigen::Index j = 0; j < m; ++j) q[first + j] = static_cast<std::int8_t>(static_cast<int>(rounded[j]));
   }
 }
@@ -84,7 +99,15 @@ inline void quantize_int8_row(const float* v, Eigen::Index n, float scale, std::
 // affine, logits and bidirectional_attention are OnednnDense's: float32.
 class OnednnInt8Dense final : public OnednnDense {
  public:
+  /// levels: the largest code, 127 or 63 (0: int8_levels(), what this CPU's oneDNN sums exactly).
+  explicit OnednnInt8Dense(int levels = 0) : levels_(levels != 0 ? levels : int8_levels()) {
+    if (levels_ != 127 && levels_ != 63) throw Error("onednn int8: codes up to 127 or 63, not " + std::to_string(levels_));
+  }
+
   std::string name() const override { return "onednn int8 (CPU)"; }
+
+  /// The largest code of this engine's quantization (the scales are max|row| / levels()).
+  int levels() const { return levels_; }
 
   void stored_affine(ConstMatrixRef x, const WeightMatrix& w, const RowVectorXf* bias, MatrixRef y) override {
     check_shapes(x, w.rows(), w.cols(), bias, y);
@@ -101,8 +124,8 @@ class OnednnInt8Dense final : public OnednnDense {
 #endif
     for (Eigen::Index i = 0; i < n; ++i) {
       const float* row = x.data() + i * x.outerStride();  // a row of x is contiguous whatever its stride
-      sx[std::size_t(i)] = int8_row_scale(row, in);
-      quantize_int8_row(row, in, sx[std::size_t(i)], xq.data() + i * in);
+      sx[std::size_t(i)] = int8_row_scale(row, in, levels_);
+      quantize_int8_row(row, in, sx[std::size_t(i)], levels_, xq.data() + i * in);
     }
     for_each_panel(wq.rows, n, threads, [&](Eigen::Index first, Eigen::Index rows) {
 #ifdef _OPENMP
@@ -147,15 +170,16 @@ class OnednnInt8Dense final : public OnednnDense {
         const RowMatrixXf panel = w.float_rows(first, n);
         for (Eigen::Index r = 0; r < n; ++r) {
           const float* row = panel.data() + r * q.cols;
-          const float scale = int8_row_scale(row, q.cols);
+          const float scale = int8_row_scale(row, q.cols, levels_);
           q.scales[std::size_t(first + r)] = scale;
-          quantize_int8_row(row, q.cols, scale, q.values.data() + (first + r) * q.cols);
+          quantize_int8_row(row, q.cols, scale, levels_, q.values.data() + (first + r) * q.cols);
         }
       });
       return q;
     });
   }
 
+  int levels_;
   ConvertedWeights<QuantizedWeight> weights_{"onednn int8"};
 };
 

@@ -21,9 +21,10 @@ namespace {
 
 // The bound on |x W[r]^T + b_r - y_int8[i, r]| (y by OnednnInt8Dense::stored_affine), derived:
 //
-// Quantization. A row v with scale s = fl(max|v| / 127) is stored as q_j = round(fl(v_j fl(1/s))),
-// and fl(v_j fl(1/s)) = (v_j / s)(1 + d), |d| <= 2u + u^2, with |v_j / s| <= 127 (1 + u): so
-// |v_j - s q_j| <= s (1/2 + 255 u) =: h (no clamping occurs; a zero row has s = 0, q = 0, h = 0).
+// Quantization, with codes up to L (127, or 63 where oneDNN has no VNNI kernel). A row v with
+// scale s = fl(max|v| / L) is stored as q_j = round(fl(v_j fl(1/s))), and fl(v_j fl(1/s)) =
+// (v_j / s)(1 + d), |d| <= 2u + u^2, with |v_j / s| <= L (1 + u): so |v_j - s q_j| <= s (1/2 +
+// (2L + 1) u) =: h (no clamping occurs; a zero row has s = 0, q = 0, h = 0).
 // With e_x = x - sx qx and e_w = w - sw qw (|e_x| <= hx, |e_w| <= hw), the int32 sum is exact and
 //   x.w - sx sw (qx.qw) = sum_j (x_j e_w,j + w_j e_x,j - e_x,j e_w,j)
 //   |...| <= sum_j (|x_j| hw + |w_j| hx + hx hw) =: Q,
@@ -34,13 +35,15 @@ namespace {
 // |sx sw acc| <= |x|.|w| + Q (relative (1 + u)^3 - 1 < 3.01 u), then the bias addition
 // (u (|v| + |b|)). In all <= 4.02 u (|x|.|w| + Q + |b|); 5 u leaves the oracle's double sums
 // (2^-53 per term) room without being a tolerance chosen to pass.
-RowMatrixXd int8_affine_bound(const RowMatrixXf& x, const RowMatrixXf& w, const RowVectorXf* bias) {
+RowMatrixXd int8_affine_bound(const RowMatrixXf& x, const RowMatrixXf& w, const RowVectorXf* bias, int levels) {
   const double u = std::ldexp(1.0, -24);
+  const float L = float(levels);
+  const double half_step = 0.5 + (2.0 * levels + 1.0) * u;
   RowMatrixXd bound(x.rows(), w.rows());
   for (Eigen::Index i = 0; i < x.rows(); ++i) {
-    const double hx = double(x.row(i).cwiseAbs().maxCoeff() / 127.0f) * (0.5 + 255.0 * u);
+    const double hx = double(x.row(i).cwiseAbs().maxCoeff() / L) * half_step;
     for (Eigen::Index r = 0; r < w.rows(); ++r) {
-      const double hw = double(w.row(r).cwiseAbs().maxCoeff() / 127.0f) * (0.5 + 255.0 * u);
+      const double hw = double(w.row(r).cwiseAbs().maxCoeff() / L) * half_step;
       double q = 0, magnitude = 0;
       for (Eigen::Index j = 0; j < x.cols(); ++j) {
         const double xj = std::abs(double(x(i, j))), wj = std::abs(double(w(r, j)));
@@ -64,11 +67,12 @@ void check_int8_linear(OnednnInt8Dense& engine, const RowMatrixXf& x, const Stor
   RowMatrixXd want = x.cast<double>() * w.cast<double>().transpose();
   want.rowwise() += l.bias.cast<double>();
   const RowMatrixXd error = (out.middleCols(2, w.rows()).cast<double>() - want).cwiseAbs();
-  const RowMatrixXd bound = int8_affine_bound(x, w, &l.bias);
+  const RowMatrixXd bound = int8_affine_bound(x, w, &l.bias, engine.levels());
   CHECK((error.array() <= bound.array()).all());
   // Int8 is not float32 in disguise: the errors are there, and the bound is not far above them.
   CHECK(error.maxCoeff() > 0.0);
-  MESSAGE("rows " << x.rows() << ": largest error / bound " << (error.array() / bound.array().max(1e-30)).maxCoeff());
+  MESSAGE("codes up to " << engine.levels() << ", rows " << x.rows() << ": largest error / bound "
+                         << (error.array() / bound.array().max(1e-30)).maxCoeff());
 }
 
 }  // namespace
@@ -82,28 +86,36 @@ TEST_SUITE("int8") {
     values.row(17).setZero();
     const RowVectorXf bias = random_matrix(rng, 1, values.rows());
     const StoredLinear f32{WeightMatrix(values), bias}, f16{WeightMatrix(WeightMatrix::HalfMatrix(values.cast<Eigen::half>())), bias};
-    OnednnInt8Dense engine;
-    CHECK(engine.name() == "onednn int8 (CPU)");
-    for (const StoredLinear* l : {&f32, &f16}) {
-      INFO((l->weight.is_half() ? "float16" : "float32"));
-      // 1 and 5 rows of x: panels of kPanelRows rows of W; 300 rows: a tall x, panels of rows / threads.
-      for (Eigen::Index rows : {1, 5, 300}) {
-        INFO("rows " << rows);
-        RowMatrixXf x = random_matrix(rng, rows, values.cols());
-        if (rows > 1) x.row(rows / 2).setZero();  // a zero row of x gives the bias alone
-        check_int8_linear(engine, x, *l);
-        if (rows > 1) {
-          RowMatrixXf y(rows, values.rows());
-          engine.linear_into(x, *l, y);
-          CHECK(y.row(rows / 2) == bias);
+    // This CPU's codes (127 with a VNNI kernel in oneDNN, 63 without), and 63 on every CPU, so
+    // that CI on a VNNI machine covers the 7-bit codes too. 127 without VNNI saturates
+    // (onednn_int8_dense.hpp): not a mode to test.
+    for (const int levels : {0, 63}) {
+      INFO("OnednnInt8Dense(" << levels << ")");
+      OnednnInt8Dense engine(levels);
+      CHECK(engine.levels() == (levels == 0 ? int8_levels() : levels));
+      CHECK(engine.name() == "onednn int8 (CPU)");
+      for (const StoredLinear* l : {&f32, &f16}) {
+        INFO((l->weight.is_half() ? "float16" : "float32"));
+        // 1 and 5 rows of x: panels of kPanelRows rows of W; 300 rows: a tall x, panels of rows / threads.
+        for (Eigen::Index rows : {1, 5, 300}) {
+          INFO("rows " << rows);
+          RowMatrixXf x = random_matrix(rng, rows, values.cols());
+          if (rows > 1) x.row(rows / 2).setZero();  // a zero row of x gives the bias alone
+          check_int8_linear(engine, x, *l);
+          if (rows > 1) {
+            RowMatrixXf y(rows, values.rows());
+            engine.linear_into(x, *l, y);
+            CHECK(y.row(rows / 2) == bias);
+          }
         }
+        // Scale varies by row: a row of x whose magnitudes span 1e-3 .. 1e3 rounds its small values to 0.
+        RowMatrixXf wide = random_matrix(rng, 3, values.cols());
+        for (Eigen::Index j = 0; j < wide.cols(); ++j) wide(1, j) *= std::pow(10.0f, float(j % 7) - 3.0f);
+        check_int8_linear(engine, wide, *l);
       }
-      // Scale varies by row: a row of x whose magnitudes span 1e-3 .. 1e3 rounds its small values to 0.
-      RowMatrixXf wide = random_matrix(rng, 3, values.cols());
-      for (Eigen::Index j = 0; j < wide.cols(); ++j) wide(1, j) *= std::pow(10.0f, float(j % 7) - 3.0f);
-      check_int8_linear(engine, wide, *l);
+      CHECK(engine.quantized_weights() == 2);
     }
-    CHECK(engine.quantized_weights() == 2);
+    CHECK_THROWS_WITH_AS(OnednnInt8Dense(100), "onednn int8: codes up to 127 or 63, not 100", Error);
   }
 
   TEST_CASE("int8 stored linears: each weight is quantized once and found again by its address") {
