@@ -105,16 +105,23 @@ inline std::string sf_format_name(int format) {
 
 // libsndfile 1.2 stays in sf_open for over 30 s (stopped there) on a RIFF/WAVE file of 165 bytes whose
 // LIST/INFO chunk claims a huge size (found by fuzz_wav; libsndfile issue 1118, open upstream,
-// whose backtrace shows its sub-chunk parser walking the claimed size). So a RIFF/WAVE file's
-// top-level chunks are checked first, as the previous WAV reader did: each must fit in the file,
-// except 'data', which libsndfile shortens to the whole frames present.
+// whose backtrace shows its sub-chunk parser walking the claimed size), and on the same bytes
+// headed RF64 (found by fuzz_wav again: its RF64 reader shares that parser). So the top-level
+// chunks of every RIFF-family WAVE file are checked first, as the previous WAV reader did: RIFF,
+// RF64 and BW64 (little-endian sizes) and RIFX (big-endian). Each chunk must fit in the file,
+// except 'data', which libsndfile shortens to the whole frames present (and whose size is
+// 0xFFFFFFFF in RF64, the real one being in 'ds64').
 inline void check_riff_chunks(std::span<const std::uint8_t> bytes, const std::string& name) {
-  if (bytes.size() < 12 || std::memcmp(bytes.data(), "RIFF", 4) != 0 || std::memcmp(bytes.data() + 8, "WAVE", 4) != 0) return;
+  if (bytes.size() < 12 || std::memcmp(bytes.data() + 8, "WAVE", 4) != 0) return;
+  const auto container = [&](const char* id) { return std::memcmp(bytes.data(), id, 4) == 0; };
+  const bool big_endian = container("RIFX");
+  if (!big_endian && !container("RIFF") && !container("RF64") && !container("BW64")) return;
   std::size_t pos = 12;
   while (bytes.size() - pos >= 8) {
     const std::string id(reinterpret_cast<const char*>(bytes.data() + pos), 4);
-    std::uint32_t size;
-    std::memcpy(&size, bytes.data() + pos + 4, 4);  // little-endian, as x86 and RIFF
+    const std::uint8_t* s = bytes.data() + pos + 4;
+    const std::uint32_t size = big_endian ? std::uint32_t{s[0]} << 24 | std::uint32_t{s[1]} << 16 | std::uint32_t{s[2]} << 8 | s[3]
+                                          : std::uint32_t{s[3]} << 24 | std::uint32_t{s[2]} << 16 | std::uint32_t{s[1]} << 8 | s[0];
     pos += 8;
     if (size > bytes.size() - pos) {
       if (id == "data") return;

@@ -395,6 +395,37 @@ TEST_SUITE("audio") {
     const std::uint32_t too_long = 1000;
     std::memcpy(&list[12 + 8 + 16 + 4], &too_long, 4);  // RIFF header, fmt chunk, then LIST's size
     CHECK_THROWS_WITH_AS(decode_audio(list), doctest::Contains("chunk 'LIST' declares 1000 bytes"), FormatError);
+    // fuzz.wav again (corpus/wav/finding-libsndfile-rf64-list-chunk-hang): the same bytes headed
+    // RF64 kept libsndfile's RF64 reader in sf_open past 60 s. RF64 and BW64 use RIFF's
+    // little-endian sizes, RIFX big-endian ones.
+    for (const char* container : {"RF64", "BW64"}) {
+      CAPTURE(container);
+      auto rf64 = hang;
+      std::memcpy(rf64.data(), container, 4);
+      CHECK_THROWS_WITH_AS(decode_audio(rf64, "hang.wav"), doctest::Contains("chunk 'LIST' declares 1397312515 bytes, 121 left"),
+                           FormatError);
+    }
+    auto rifx = list;
+    std::memcpy(rifx.data(), "RIFX", 4);
+    const std::uint8_t big_endian_1000[4] = {0, 0, 0x03, 0xe8};
+    std::memcpy(&rifx[12 + 8 + 16 + 4], big_endian_1000, 4);
+    const std::uint8_t big_endian_16[4] = {0, 0, 0, 16};
+    std::memcpy(&rifx[12 + 4], big_endian_16, 4);  // fmt's size as RIFX writes it: the walk reaches LIST
+    CHECK_THROWS_WITH_AS(decode_audio(rifx), doctest::Contains("chunk 'LIST' declares 1000 bytes"), FormatError);
+  }
+
+  TEST_CASE("well-formed RF64 and RIFX files, written by libsndfile, pass the chunk check and decode") {
+    // RF64 writes 0xFFFFFFFF as the 'data' size (the real one is in 'ds64'); RIFX big-endian sizes.
+    std::vector<float> samples;
+    for (int i = 0; i < 1601; ++i) samples.push_back(static_cast<float>(16 * (i % 200 - 100)) / 32768.0f);  // exact in 16 bits
+    for (const int format : {SF_FORMAT_RF64 | SF_FORMAT_PCM_16, SF_FORMAT_WAV | SF_ENDIAN_BIG | SF_FORMAT_PCM_16}) {
+      CAPTURE(format);
+      const whisper_test::TempFile file("container.wav");
+      write_with_libsndfile(file.path(), format, 16000, 1, samples);
+      const Audio a = decode_audio(read_file_bytes(file.path()), file.path());
+      CHECK((a.info.format & SF_FORMAT_TYPEMASK) == (format & SF_FORMAT_TYPEMASK));
+      CHECK(a.samples == samples);
+    }
   }
 
   TEST_CASE("a float64 sample beyond float's range is refused, not made infinite (fuzz finding)") {
