@@ -373,3 +373,55 @@ TEST_CASE("the prefill kernel takes rows in runs of one sequence, 32 a block, ea
   CHECK(prefill_shared_bytes(mha) == (32 * 64 + 32 * 65 + 32 * 64 + 32 * 32) * sizeof(float));
   CHECK(prefill_key_stride(45) == 49);
 }
+
+TEST_CASE("the register-tiled prefill kernel takes 64 rows a block where its shared memory fits, else the simple kernel runs") {
+  constexpr std::size_t kH100Shared = 227 << 10, kSm89Shared = 99 << 10;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+  const AttendSpec mha = attend_spec(2, 1, 0, 0, 64, 1, 0, 64);
+  // Shared memory: queries and keys transposed (64 columns of 68 floats), 64 value rows rounded
+  // up to 64, 128 or 256 columns, 64 x 68 weights.
+  CHECK(tiled_prefill_shared_bytes(mha) == (2 * 64 * 68 + 64 * 64 + 64 * 68) * sizeof(float));
+  CHECK(tiled_value_cols(1) == 64);
+  CHECK(tiled_value_cols(64) == 64);
+  CHECK(tiled_value_cols(65) == 128);
+  CHECK(tiled_value_cols(129) == 256);
+  CHECK(tiled_prefill_shared_bytes(attend_spec(1, 1, 0, 0, 256, 1, 0, 256)) == (2 * 256 * 68 + 64 * 256 + 64 * 68) * sizeof(float));
+
+  // A causal chunk of 70 rows after 100 cached tokens, then 9 rows of another sequence, full.
+  std::vector<DeviceJob> jobs;
+  for (int i = 0; i < 70; ++i) jobs.push_back({3, 0, 100 + i + 1});
+  for (int i = 0; i < 9; ++i) jobs.push_back({1, 0, 9});
+  const auto plan = plan_prefill(mha, jobs, kH100Shared);
+  REQUIRE(plan);
+  CHECK(plan->kernel == PrefillKernel::tiled);
+  REQUIRE(plan->blocks.size() == 3);
+  const QueryBlock expected[] = {{0, 64, 3, 0, 164}, {64, 6, 3, 0, 170}, {70, 9, 1, 0, 9}};
+  for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    const QueryBlock& b = plan->blocks[i];
+    CHECK(b.first_job == expected[i].first_job);
+    CHECK(b.rows == expected[i].rows);
+    CHECK(b.seq == expected[i].seq);
+    CHECK(b.key_first == expected[i].key_first);
+    CHECK(b.key_end == expected[i].key_end);
+  }
+  // Not allowed the tiled kernel: the simple one, 32 rows a block.
+  const auto simple = plan_prefill(mha, jobs, kH100Shared, false);
+  REQUIRE(simple);
+  CHECK(simple->kernel == PrefillKernel::simple);
+  CHECK(simple->blocks.size() == 4);
+
+  // 64-wide heads fit the tiled kernel on both devices (67 KiB); 128-wide need 117 KiB, so an
+  // sm_89 runs them on the simple kernel (53 KiB); 256-wide fit the tiled kernel on an H100 only
+  // (217 KiB) and neither kernel on an sm_89; wider rows, neither.
+  const AttendSpec wide = attend_spec(1, 1, 0, 0, 128, 1, 0, 128), widest = attend_spec(1, 1, 0, 0, 256, 1, 0, 256);
+  CHECK(choose_prefill_kernel(mha, kSm89Shared) == PrefillKernel::tiled);
+  CHECK(choose_prefill_kernel(wide, kH100Shared) == PrefillKernel::tiled);
+  CHECK(choose_prefill_kernel(wide, kSm89Shared) == PrefillKernel::simple);
+  CHECK(choose_prefill_kernel(widest, kH100Shared) == PrefillKernel::tiled);
+  CHECK_FALSE(choose_prefill_kernel(widest, kSm89Shared));
+  CHECK_FALSE(choose_prefill_kernel(attend_spec(1, 6, 0, 0, 384, 0, 0, 384), kH100Shared));
+  // Rows not in runs stay on the decode kernels whatever the kernel.
+  std::vector<DeviceJob> decode;
+  for (int s = 0; s < 64; ++s) decode.push_back({s, 0, 4096});
+  CHECK_FALSE(plan_prefill(mha, decode, kH100Shared));
+}

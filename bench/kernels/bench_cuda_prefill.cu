@@ -1,14 +1,17 @@
 // Prefill attention on the GPU (exec::Cuda): n query rows of one sequence over its n cached
 // tokens, causal or full, MHA at 6 x 64 (Whisper tiny/base) and 8 x 64, n = 448, 1500, 4096,
-// through the attend primitive on an Nhd store with fp32 rows. Three kernel choices, and the
-// prefill kernel's split of the tokens (BM_CudaPrefillSplit: none, or to 2-16 blocks a SM):
-//   automatic  the prefill kernel over query blocks (prefill_blocks.cuh)
-//   decode     every row a job of the decode kernels (the tiled one here), as before it
+// (and 8 x 128 at 1500), through the attend primitive on an Nhd store with fp32 rows. Four kernel
+// choices, and the prefill kernel's split of the tokens (BM_CudaPrefillSplit: none, or to 2-16
+// blocks a SM):
+//   automatic       the register-tiled prefill kernel over query blocks of 64 (prefill_tiles.cuh)
+//   simple_prefill  the simple prefill kernel over query blocks of 32 (prefill_blocks.cuh)
+//   decode          every row a job of the decode kernels (the tiled one here), as before them
 //   general    every row a job of the general decode kernel
 // and, as a peer, the scheme the Whisper example's CUDA encoder used before (BM_CublasScheme):
 // per head an (n x n) score matrix from one strided-batched cuBLAS sgemm (fp32, no TF32), a
 // row-softmax kernel, and a second sgemm for the outputs (full mask only). Cuda::attention over
-// the same device matrices is BM_CudaAttention (q, k, v side by side in one buffer, as there).
+// the same device matrices is BM_CudaAttention (q, k, v side by side in one buffer, as there), on
+// either prefill kernel.
 // Counters: kernel_ms (GPU time of the attention kernels per call, no copies); GFLOP_per_s, the
 // flops a dense computation needs (2 * dim for a score and 2 * dim for its value row, per
 // (row, visible token) pair and head: 4 * pairs * dim * heads, pairs = n^2 full, n (n + 1) / 2
@@ -45,7 +48,8 @@ std::map<std::array<long, 4>, double>& automatic_seconds() {
 
 const char* kernel_name(Kernel k) {
   switch (k) {
-    case Kernel::automatic: return "prefill kernel";
+    case Kernel::automatic: return "tiled prefill kernel";
+    case Kernel::simple_prefill: return "simple prefill kernel";
     case Kernel::decode: return "decode kernels, a job per row";
     default: return "general kernel, a job per row";
   }
@@ -197,6 +201,7 @@ void BM_CublasScheme(benchmark::State& state) {
 }
 
 /// args: heads, dim, n (full mask): Cuda::attention over q, k, v side by side in one buffer.
+template <Kernel kKernel>
 void BM_CudaAttention(benchmark::State& state) {
   if (exec::cuda::device_count() == 0) return state.SkipWithError("no CUDA device");
   const int heads = int(state.range(0)), dh = int(state.range(1)), n = int(state.range(2)), d = heads * dh;
@@ -204,13 +209,14 @@ void BM_CudaAttention(benchmark::State& state) {
   out.reserve(std::size_t(n) * std::size_t(d));
   exec::cuda::Stream stream;
   exec::Cuda cuda;
+  cuda.set_kernel(kKernel);
   using Rows = exec::Cuda::DeviceRows<const float>;
   const auto run = [&] {
     cuda.attention(Rows{qkv.data(), 3 * d}, Rows{qkv.data() + d, 3 * d}, Rows{qkv.data() + 2 * d, 3 * d}, {out.data(), d}, n, n,
                    AttentionHeads{heads, heads, dh}, Mask::full, stream.get());
   };
   time_on_device(state, stream.get(), run, 4.0 * double(n) * n * d);
-  state.SetLabel("Cuda::attention, full (includes its jobs' upload and a wait)");
+  state.SetLabel(std::string("Cuda::attention, ") + kernel_name(kKernel) + ", full (includes its jobs' upload and a wait)");
 }
 
 void PeerShapes(benchmark::internal::Benchmark* b) {
@@ -225,6 +231,7 @@ void Shapes(benchmark::internal::Benchmark* b) {
   for (int heads : {6, 8})
     for (int n : {448, 1500, 4096})
       for (int causal : {0, 1}) b->Args({heads, 64, n, causal, -1});
+  for (int causal : {0, 1}) b->Args({8, 128, 1500, causal, -1});
   b->Unit(benchmark::kMillisecond)->MinTime(0.2);
 }
 
@@ -241,8 +248,10 @@ void Splits(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(BM_CudaPrefill<Kernel::automatic>)->Apply(Shapes);
+BENCHMARK(BM_CudaPrefill<Kernel::simple_prefill>)->Apply(Shapes);
 BENCHMARK(BM_CublasScheme)->Apply(PeerShapes);
-BENCHMARK(BM_CudaAttention)->Apply(PeerShapes);
+BENCHMARK(BM_CudaAttention<Kernel::automatic>)->Apply(PeerShapes);
+BENCHMARK(BM_CudaAttention<Kernel::simple_prefill>)->Apply(PeerShapes);
 BENCHMARK(BM_CudaPrefill<Kernel::automatic>)->Apply(Splits)->Name("BM_CudaPrefillSplit");
 BENCHMARK(BM_CudaPrefill<Kernel::decode>)->Apply(Shapes);
 BENCHMARK(BM_CudaPrefill<Kernel::general>)->Apply(Shapes);

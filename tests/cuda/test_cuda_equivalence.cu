@@ -387,7 +387,7 @@ void check_prefill_against_reference(const std::vector<TensorSpec>& tensors, con
     if (std::isnan(worst)) break;
   }
   INFO(Layout::name(), " cached ", cached, " rows ", n, mask == Mask::full ? " full" : " causal", " key_dim ", spec.key_dim, " value_dim ",
-       spec.value_dim, " group ", spec.group, kernel == exec::Cuda::Kernel::general ? " (general kernel)" : "");
+       spec.value_dim, " group ", spec.group, " kernel choice ", int(kernel), " (0 automatic, 1 simple prefill, 2 decode, 3 general)");
   CHECK(compared >= n_b);
   CHECK(worst <= fp32_attention_tolerance(spec.key_dim, cached + n));
 }
@@ -395,31 +395,38 @@ void check_prefill_against_reference(const std::vector<TensorSpec>& tensors, con
 }  // namespace
 
 // The lengths #13 names, causal and full, alone and as a chunk after 100 cached tokens, on every
-// layout (with sequence b's 37 rows in the same call, even 1 and 2 rows take the prefill kernel).
+// layout (with sequence b's 37 rows in the same call, even 1 and 2 rows take the prefill kernel);
+// on the register-tiled prefill kernel (automatic: every spec here fits it on an sm_80 or sm_90
+// GPU) and on the simple one.
 TEST_CASE_TEMPLATE("cuda: prefill over query blocks matches the Reference executor" * doctest::skip(kNoDevice), Layout, Nhd, Hnd,
                    Paged<16>, Paged<7>) {
-  const std::vector<TensorSpec> mha{{2, 64}, {2, 64}};
-  const AttendSpec mha_spec = attend_spec(2, 1, 0, 0, 64, 1, 0, 64);
-  for (int n : {1, 2, 63, 64, 65, 257, 1500})
-    for (Mask mask : {Mask::causal, Mask::full}) check_prefill_against_reference<Layout>(mha, mha_spec, 0, n, mask);
-  check_prefill_against_reference<Layout>(mha, mha_spec, 100, 65, Mask::causal);
-  // GQA (3 query heads a cache head, keys 40 wide); heads packed in one row (slim K-only option
-  // 2: keys and values the same row, value 128 wide); a key width that is not a multiple of 4, and
-  // rows of 256 (the widest this kernel takes).
-  check_prefill_against_reference<Layout>({{2, 40}, {2, 50}}, attend_spec(2, 3, 0, 0, 40, 1, 7, 37), 30, 100, Mask::causal);
-  check_prefill_against_reference<Layout>({{1, 128}}, attend_spec(1, 4, 0, 0, 32, 0, 0, 128, 32), 0, 257, Mask::causal);
-  check_prefill_against_reference<Layout>({{1, 45}, {1, 256}}, attend_spec(1, 2, 0, 0, 45, 1, 0, 256), 5, 70, Mask::full);
-  check_prefill_against_reference<Layout>({{1, 256}, {1, 256}}, attend_spec(1, 1, 0, 0, 256, 1, 0, 256), 0, 100, Mask::causal);
-  // Rows wider than 256 (the X-cache's 384) stay on the decode kernels.
-  check_prefill_against_reference<Layout>({{1, 384}}, attend_spec(1, 6, 0, 0, 384, 0, 0, 384), 0, 65, Mask::causal);
+  for (const auto kernel : {exec::Cuda::Kernel::automatic, exec::Cuda::Kernel::simple_prefill}) {
+    const std::vector<TensorSpec> mha{{2, 64}, {2, 64}};
+    const AttendSpec mha_spec = attend_spec(2, 1, 0, 0, 64, 1, 0, 64);
+    for (int n : {1, 2, 63, 64, 65, 257, 1500})
+      for (Mask mask : {Mask::causal, Mask::full}) check_prefill_against_reference<Layout>(mha, mha_spec, 0, n, mask, kernel);
+    check_prefill_against_reference<Layout>(mha, mha_spec, 100, 65, Mask::causal, kernel);
+    // GQA (3 query heads a cache head, keys 40 wide); heads packed in one row (slim K-only option
+    // 2: keys and values the same row, value 128 wide); a key width that is not a multiple of 4, and
+    // rows of 256 (the widest this kernel takes).
+    check_prefill_against_reference<Layout>({{2, 40}, {2, 50}}, attend_spec(2, 3, 0, 0, 40, 1, 7, 37), 30, 100, Mask::causal, kernel);
+    check_prefill_against_reference<Layout>({{1, 128}}, attend_spec(1, 4, 0, 0, 32, 0, 0, 128, 32), 0, 257, Mask::causal, kernel);
+    check_prefill_against_reference<Layout>({{1, 45}, {1, 256}}, attend_spec(1, 2, 0, 0, 45, 1, 0, 256), 5, 70, Mask::full, kernel);
+    check_prefill_against_reference<Layout>({{1, 256}, {1, 256}}, attend_spec(1, 1, 0, 0, 256, 1, 0, 256), 0, 100, Mask::causal, kernel);
+    check_prefill_against_reference<Layout>({{1, 96}, {1, 130}}, attend_spec(1, 1, 0, 0, 96, 1, 0, 130), 0, 200, Mask::causal, kernel);
+    // Rows wider than 256 (the X-cache's 384) stay on the decode kernels.
+    check_prefill_against_reference<Layout>({{1, 384}}, attend_spec(1, 6, 0, 0, 384, 0, 0, 384), 0, 65, Mask::causal, kernel);
+  }
 }
 
 TEST_CASE("cuda: prefill with a sliding window, and on the decode kernels forced, matches the Reference executor" *
           doctest::skip(kNoDevice)) {
   const std::vector<TensorSpec> mha{{2, 64}, {2, 64}};
   const AttendSpec mha_spec = attend_spec(2, 1, 0, 0, 64, 1, 0, 64);
-  for (int n : {63, 257, 1500}) check_prefill_against_reference<Nhd, SlidingWindow<48>>(mha, mha_spec, 0, n, Mask::causal);
-  check_prefill_against_reference<Paged<7>, SlidingWindow<48>>(mha, mha_spec, 100, 65, Mask::causal);
+  for (const auto kernel : {exec::Cuda::Kernel::automatic, exec::Cuda::Kernel::simple_prefill}) {
+    for (int n : {63, 257, 1500}) check_prefill_against_reference<Nhd, SlidingWindow<48>>(mha, mha_spec, 0, n, Mask::causal, kernel);
+    check_prefill_against_reference<Paged<7>, SlidingWindow<48>>(mha, mha_spec, 100, 65, Mask::causal, kernel);
+  }
   check_prefill_against_reference<Nhd>(mha, mha_spec, 100, 257, Mask::causal, exec::Cuda::Kernel::decode);
   check_prefill_against_reference<Nhd>(mha, mha_spec, 100, 257, Mask::causal, exec::Cuda::Kernel::general);
 }
@@ -430,7 +437,8 @@ namespace {
 /// Whisper encoder's product leaves them, or in three with padded rows), written into a NaN-filled
 /// output with padded rows, against polyattn::attention on the Reference executor.
 template <class KeyMaskT = PrefixMask>
-void check_device_attention(int n, int n_keys, AttentionHeads heads, Mask mask, bool packed) {
+void check_device_attention(int n, int n_keys, AttentionHeads heads, Mask mask, bool packed,
+                            exec::Cuda::Kernel kernel = exec::Cuda::Kernel::automatic) {
   std::mt19937 rng(std::uint32_t(n * 31 + n_keys));
   const int dh = heads.head_dim, dv = heads.value_dim != 0 ? heads.value_dim : dh;
   const int qw = heads.query_heads * dh, kw = heads.kv_heads * dh, vw = heads.kv_heads * dv, ow = heads.query_heads * dv;
@@ -472,12 +480,13 @@ void check_device_attention(int n, int n_keys, AttentionHeads heads, Mask mask, 
   out_buffer.reserve(std::size_t(n) * std::size_t(out_stride));
   POLYATTN_CUDA_CHECK(cudaMemset(out_buffer.data(), 0xff, std::size_t(n) * std::size_t(out_stride) * sizeof(float)));  // NaN
   exec::Cuda cuda;
+  cuda.set_kernel(kernel);
   cuda.attention<KeyMaskT>(dq, dk, dv_rows, {out_buffer.data(), out_stride}, n, n_keys, heads, mask);
   RowMatrixXf got(n, ow);
   POLYATTN_CUDA_CHECK(cudaMemcpy2D(got.data(), std::size_t(ow) * sizeof(float), out_buffer.data(), std::size_t(out_stride) * sizeof(float),
                                    std::size_t(ow) * sizeof(float), std::size_t(n), cudaMemcpyDeviceToHost));
   INFO("n ", n, " n_keys ", n_keys, mask == Mask::full ? " full" : " causal", " heads ", heads.query_heads, "/", heads.kv_heads, " x ",
-       dh, packed ? " packed" : "");
+       dh, packed ? " packed" : "", kernel == exec::Cuda::Kernel::simple_prefill ? " (simple prefill kernel)" : "");
   CHECK(max_abs_diff(got, want) <= fp32_attention_tolerance(dh, std::max(1, n_keys)));
   // Nothing written past a row's end: the padding columns are still NaN.
   std::vector<float> padded(std::size_t(n) * std::size_t(out_stride));
@@ -492,18 +501,24 @@ void check_device_attention(int n, int n_keys, AttentionHeads heads, Mask mask, 
 
 TEST_CASE("cuda: attention over device matrices matches polyattn::attention on the Reference executor" * doctest::skip(kNoDevice)) {
   // The Whisper encoder's shape (6 heads of 64, q, k, v side by side in one product's output) at
-  // the lengths #13 names.
+  // the lengths #13 names, on both prefill kernels.
   for (int n : {1, 2, 63, 64, 65, 257, 1500})
-    for (Mask mask : {Mask::full, Mask::causal}) check_device_attention(n, n, {6, 6, 64}, mask, true);
+    for (Mask mask : {Mask::full, Mask::causal}) {
+      check_device_attention(n, n, {6, 6, 64}, mask, true);
+      check_device_attention(n, n, {6, 6, 64}, mask, true, exec::Cuda::Kernel::simple_prefill);
+    }
   // GQA with values narrower than keys; rows as the last of more keys (a chunk after cached ones),
   // and more rows than keys (the first 30 see nothing: zeros); a sliding window.
   check_device_attention(100, 100, {8, 2, 40, 0.0f, 24}, Mask::causal, false);
   check_device_attention(40, 100, {4, 4, 32}, Mask::causal, false);
   check_device_attention(70, 40, {4, 4, 32}, Mask::causal, false);
-  check_device_attention(100, 40, {4, 4, 32}, Mask::causal, false);  // the first block's 32 rows all see nothing
+  check_device_attention(100, 40, {4, 4, 32}, Mask::causal, false);  // the first block's rows all see nothing
+  check_device_attention(100, 40, {4, 4, 32}, Mask::causal, false, exec::Cuda::Kernel::simple_prefill);
   check_device_attention(1500, 100, {2, 2, 32}, Mask::causal, false);  // tokens split into chunks, 1400 rows see nothing
+  check_device_attention(1500, 100, {2, 2, 32}, Mask::causal, false, exec::Cuda::Kernel::simple_prefill);
   check_device_attention(70, 40, {4, 4, 32}, Mask::full, false);
   check_device_attention<SlidingWindow<48>>(257, 257, {6, 6, 64}, Mask::causal, true);
+  check_device_attention<SlidingWindow<48>>(257, 257, {6, 6, 64}, Mask::causal, true, exec::Cuda::Kernel::simple_prefill);
 
   exec::Cuda cuda;
   exec::cuda::DeviceBuffer<float> buffer;
@@ -538,18 +553,22 @@ TEST_CASE("cuda: a NaN key gives NaN on the prefill kernel, also beside keys a r
     jobs_cuda.push_back({seq, i + 1, q.data() + i * 32, got.data() + i * 32});
     jobs_ref.push_back({seq, i + 1, q.data() + i * 32, want.data() + i * 32});
   }
-  exec::Cuda cuda;
-  cuda.attend(std::as_const(store), spec, jobs_cuda);
   exec::Reference().attend(std::as_const(store), spec, jobs_ref);
-  int nan_mismatch = 0;
-  double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    REQUIRE(std::isnan(want[i]) == (i % 32 < 16));  // the oracle: head 0 NaN, head 1 finite
-    if (std::isnan(got[i]) != std::isnan(want[i])) ++nan_mismatch;
-    else if (!std::isnan(want[i])) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+  for (const auto kernel : {exec::Cuda::Kernel::automatic, exec::Cuda::Kernel::simple_prefill}) {
+    CAPTURE(int(kernel));
+    exec::Cuda cuda;
+    cuda.set_kernel(kernel);
+    cuda.attend(std::as_const(store), spec, jobs_cuda);
+    int nan_mismatch = 0;
+    double worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      REQUIRE(std::isnan(want[i]) == (i % 32 < 16));  // the oracle: head 0 NaN, head 1 finite
+      if (std::isnan(got[i]) != std::isnan(want[i])) ++nan_mismatch;
+      else if (!std::isnan(want[i])) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+    }
+    CHECK(nan_mismatch == 0);
+    CHECK(worst <= fp32_attention_tolerance(16, 40));
   }
-  CHECK(nan_mismatch == 0);
-  CHECK(worst <= fp32_attention_tolerance(16, 40));
 }
 
 TEST_CASE("cuda: unsupported specs are refused with a clear error" * doctest::skip(kNoDevice)) {

@@ -51,6 +51,7 @@
 #include "polyattn/exec/cuda/kernels.cuh"
 #include "polyattn/exec/cuda/mirror_plan.hpp"
 #include "polyattn/exec/cuda/prefill_blocks.cuh"
+#include "polyattn/exec/cuda/prefill_tiles.cuh"
 #include "polyattn/exec/cuda/query_blocks.hpp"
 
 namespace Eigen {  // declared, not included: this header leaves Eigen to the including TU
@@ -116,12 +117,13 @@ class Cuda {
 
   int device() const { return device_; }
 
-  /// Which kernels run. automatic (the default): the prefill kernel where plan_query_blocks
-  /// accepts the call (rows in runs of one sequence), else the tiled decode kernel where
-  /// plan_tiles accepts it, else the general one. decode: never the prefill kernel, each query
-  /// row a job of the decode kernels. general: always the general decode kernel. The last two
-  /// are for comparisons, in tests and benchmarks.
-  enum class Kernel { automatic, decode, general };
+  /// Which kernels run. automatic (the default): a prefill kernel where plan_prefill accepts the
+  /// call (rows in runs of one sequence; the register-tiled kernel where its shared memory fits,
+  /// else the simple one), else the tiled decode kernel where plan_tiles accepts it, else the
+  /// general one. simple_prefill: as automatic, but never the register-tiled prefill kernel.
+  /// decode: never a prefill kernel, each query row a job of the decode kernels. general: always
+  /// the general decode kernel. The last three are for comparisons, in tests and benchmarks.
+  enum class Kernel { automatic, simple_prefill, decode, general };
   void set_kernel(Kernel kernel) { kernel_ = kernel; }
   Kernel kernel() const { return kernel_; }
   /// How far the prefill kernel splits its query blocks' tokens: into chunks until about this many
@@ -194,9 +196,9 @@ class Cuda {
     const AttendSpec spec = heads.spec();
     require<ShapeError>(dh <= cuda::kPrefillMaxDim && dv <= cuda::kPrefillMaxDim, "Cuda::attention: heads of ", dh, " and values of ", dv,
                         " columns; at most ", cuda::kPrefillMaxDim);
-    require<ShapeError>(cuda::prefill_fits(spec, max_shared_bytes_), "Cuda::attention: heads of ", dh, " and values of ", dv,
-                        " need ", cuda::prefill_shared_bytes(spec), " bytes of shared memory a block; this device gives ",
-                        max_shared_bytes_);
+    const std::optional<cuda::PrefillKernel> kernel = cuda::choose_prefill_kernel(spec, max_shared_bytes_, kernel_ != Kernel::simple_prefill);
+    require<ShapeError>(kernel.has_value(), "Cuda::attention: heads of ", dh, " and values of ", dv, " need ",
+                        cuda::prefill_shared_bytes(spec), " bytes of shared memory a block; this device gives ", max_shared_bytes_);
     require<ShapeError>(hq <= cuda::kMaxGridYZ, "Cuda::attention: too many heads (", hq, ") for one launch");
     require<ShapeError>(n >= 0 && n_keys >= 0, "Cuda::attention: ", n, " rows over ", n_keys, " keys");
     require<ShapeError>(q.row_stride >= std::int64_t(hq) * dh && k.row_stride >= std::int64_t(hkv) * dh &&
@@ -213,7 +215,8 @@ class Cuda {
       const KeyRange keys = KeyMaskT::range(QueryJob{0, uncached_visible(mask, i, n, n_keys), nullptr, nullptr});
       jobs_.data()[i] = {0, keys.first, std::max(keys.first, keys.end)};
     }
-    const std::vector<cuda::QueryBlock> blocks = cuda::query_blocks(std::span<const cuda::DeviceJob>(jobs_.data(), std::size_t(n)));
+    const cuda::PrefillPlan plan{*kernel, cuda::query_blocks(std::span<const cuda::DeviceJob>(jobs_.data(), std::size_t(n)),
+                                                             cuda::prefill_rows(*kernel))};
     // k and v as a two-tensor "cache" of one sequence: one page of n_keys tokens, heads side by side
     // in a row. The kernels only read through it (float*, not const float*, so that the float
     // cache's kernels serve).
@@ -230,7 +233,7 @@ class Cuda {
     try {
       POLYATTN_CUDA_CHECK(cudaMemcpyAsync(jobs_device_.data(), jobs_.data(), std::size_t(n) * sizeof(cuda::DeviceJob),
                                           cudaMemcpyHostToDevice, stream));
-      run_blocks<float>(cache, spec, std::size_t(n), blocks, q.data, q.row_stride, out.data, out.row_stride, stream);
+      run_blocks<float>(cache, spec, std::size_t(n), plan, q.data, q.row_stride, out.data, out.row_stride, stream);
       POLYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
       last_kernel_seconds_ = stop_.seconds_since(start_);
     } catch (...) {
@@ -365,11 +368,12 @@ class Cuda {
       std::memcpy(queries_.data() + std::size_t(j) * q_row, job.query, q_row * sizeof(float));
       max_visible = std::max(max_visible, keys.size());
     }
-    // The prefill kernel where the rows come in runs (query_blocks.hpp); else the tiled decode
+    // A prefill kernel where the rows come in runs (query_blocks.hpp); else the tiled decode
     // kernel where the call fits it (tile_plan.hpp), else the general one.
-    if (kernel_ == Kernel::automatic)
-      if (const auto blocks = cuda::plan_query_blocks(spec, std::span<const cuda::DeviceJob>(jobs_.data(), std::size_t(n)), max_shared_bytes_)) {
-        run_prefill<T>(spec, jobs, *blocks);
+    if (kernel_ == Kernel::automatic || kernel_ == Kernel::simple_prefill)
+      if (const auto plan = cuda::plan_prefill(spec, std::span<const cuda::DeviceJob>(jobs_.data(), std::size_t(n)), max_shared_bytes_,
+                                               kernel_ == Kernel::automatic)) {
+        run_prefill<T>(spec, jobs, *plan);
         return;
       }
     const std::optional<cuda::TileShape> tiles =
@@ -421,24 +425,25 @@ class Cuda {
     download_outputs(jobs, out_row);
   }
 
-  /// The prefill kernel over query blocks (prefill_blocks.cuh); jobs_ and queries_ are filled.
+  /// A prefill kernel over query blocks (prefill_tiles.cuh, prefill_blocks.cuh); jobs_ and
+  /// queries_ are filled.
   template <class T>
-  void run_prefill(const AttendSpec& spec, std::span<const QueryJob> jobs, const std::vector<cuda::QueryBlock>& blocks) {
+  void run_prefill(const AttendSpec& spec, std::span<const QueryJob> jobs, const cuda::PrefillPlan& plan) {
     const std::size_t q_row = std::size_t(spec.query_heads()) * spec.key_dim, out_row = std::size_t(spec.query_heads()) * spec.value_dim;
     out_.reserve(jobs.size() * out_row);
     out_device_.reserve(jobs.size() * out_row);
     upload_jobs(jobs.size(), q_row);
-    run_blocks<T>(view<T>(), spec, jobs.size(), blocks, queries_device_.data(), std::int64_t(q_row), out_device_.data(),
+    run_blocks<T>(view<T>(), spec, jobs.size(), plan, queries_device_.data(), std::int64_t(q_row), out_device_.data(),
                   std::int64_t(out_row), stream_.get());
     download_outputs(jobs, out_row);
   }
 
-  /// Launches the prefill kernel (and the merge, where its tokens are split) over `blocks` of the
-  /// jobs on the device (jobs_device_), on `stream`, between the timing events.
+  /// Launches the plan's prefill kernel (and the merge, where its tokens are split) over its
+  /// blocks of the jobs on the device (jobs_device_), on `stream`, between the timing events.
   template <class T>
-  void run_blocks(const cuda::DeviceCacheView<T>& cache, const AttendSpec& spec, std::size_t n_jobs,
-                  const std::vector<cuda::QueryBlock>& blocks, const float* queries, std::int64_t query_stride, float* out,
-                  std::int64_t out_stride, cudaStream_t stream) {
+  void run_blocks(const cuda::DeviceCacheView<T>& cache, const AttendSpec& spec, std::size_t n_jobs, const cuda::PrefillPlan& prefill,
+                  const float* queries, std::int64_t query_stride, float* out, std::int64_t out_stride, cudaStream_t stream) {
+    const std::vector<cuda::QueryBlock>& blocks = prefill.blocks;
     blocks_.reserve(blocks.size());
     blocks_device_.reserve(blocks.size());
     std::memcpy(blocks_.data(), blocks.data(), blocks.size() * sizeof(cuda::QueryBlock));
@@ -464,17 +469,26 @@ class Cuda {
                                         query_stride, out,       out_stride,          plan.chunk_tokens,     plan.max_chunks,
                                         states_device_.data(), acc_device_.data()};
     const dim3 grid(unsigned(blocks.size()), unsigned(spec.query_heads()), unsigned(plan.max_chunks));
-    const std::size_t shared = cuda::prefill_shared_bytes(spec);
     start_.record(stream);
-    const int col_slots = (spec.value_dim + 31) / 32;
-    if (col_slots <= 1)
-      launch_prefill<T, 1>(grid, shared, params, stream);
-    else if (col_slots <= 2)
-      launch_prefill<T, 2>(grid, shared, params, stream);
-    else if (col_slots <= 4)
-      launch_prefill<T, 4>(grid, shared, params, stream);
-    else
-      launch_prefill<T, 8>(grid, shared, params, stream);
+    if (prefill.kernel == cuda::PrefillKernel::tiled) {
+      const std::size_t shared = cuda::tiled_prefill_shared_bytes(spec);
+      switch (cuda::tiled_value_cols(spec.value_dim)) {
+        case 64: launch_tiled_prefill<T, 1>(grid, shared, params, stream); break;
+        case 128: launch_tiled_prefill<T, 2>(grid, shared, params, stream); break;
+        default: launch_tiled_prefill<T, 4>(grid, shared, params, stream); break;
+      }
+    } else {
+      const std::size_t shared = cuda::prefill_shared_bytes(spec);
+      const int col_slots = (spec.value_dim + 31) / 32;
+      if (col_slots <= 1)
+        launch_prefill<T, 1>(grid, shared, params, stream);
+      else if (col_slots <= 2)
+        launch_prefill<T, 2>(grid, shared, params, stream);
+      else if (col_slots <= 4)
+        launch_prefill<T, 4>(grid, shared, params, stream);
+      else
+        launch_prefill<T, 8>(grid, shared, params, stream);
+    }
     if (plan.max_chunks > 1) {
       const cuda::MergeParams merge{merge_jobs_device_.data(), spec.query_heads(),    spec.value_dim,    plan.chunk_tokens,
                                     plan.max_chunks,           states_device_.data(), acc_device_.data(), out,
@@ -515,6 +529,11 @@ class Cuda {
   template <class T, int kColSlots>
   void launch_prefill(dim3 grid, std::size_t shared, const cuda::PrefillParams<T>& params, cudaStream_t stream) {
     launch(cuda::attend_query_blocks<T, kColSlots>, grid, cuda::kPrefillThreads, shared, params, "attend_query_blocks", stream);
+  }
+
+  template <class T, int kColVec>
+  void launch_tiled_prefill(dim3 grid, std::size_t shared, const cuda::PrefillParams<T>& params, cudaStream_t stream) {
+    launch(cuda::attend_query_tiles<T, kColVec>, grid, cuda::kTiledPrefillThreads, shared, params, "attend_query_tiles", stream);
   }
 
   template <class T, int kGroup>

@@ -8,13 +8,19 @@
 // masked inside the kernel. Prefill's jobs (Attention::prefill, one per query row, ranges growing
 // by one token a row under a causal mask) make blocks whose rows share most of their tokens.
 //
-// The call goes to the prefill kernel when its rows come in runs: at least kPrefillMinRows rows a
+// The call goes to a prefill kernel when its rows come in runs: at least kPrefillMinRows rows a
 // block on average. A decode batch (one row per sequence) stays on the decode kernels.
+//
+// Two prefill kernels: the register-tiled one (prefill_tiles.cuh: 64 rows a block, 64-token
+// tiles, each thread a 4 x 4 block of scores and of outputs), taken wherever its shared memory
+// fits, and the simple one (prefill_blocks.cuh: 32 rows a block), which needs about half as much
+// (128-wide heads on GPUs with 99 KiB a block, say) and can be forced for comparisons.
 #pragma once
 
 #include <cstddef>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "polyattn/core/attend.hpp"
@@ -61,13 +67,13 @@ inline std::size_t prefill_shared_bytes(const AttendSpec& s) {
   return (queries + keys + values + weights) * sizeof(float);
 }
 
-/// The query blocks of these jobs: runs of consecutive jobs of one sequence, kPrefillRows at most.
-inline std::vector<QueryBlock> query_blocks(std::span<const DeviceJob> jobs) {
+/// The query blocks of these jobs: runs of consecutive jobs of one sequence, `rows` at most.
+inline std::vector<QueryBlock> query_blocks(std::span<const DeviceJob> jobs, int rows = kPrefillRows) {
   std::vector<QueryBlock> blocks;
   for (int j = 0; j < int(jobs.size()); ++j) {
     const DeviceJob& job = jobs[std::size_t(j)];
     const int first = job.first, end = job.end > job.first ? job.end : job.first;  // an empty range adds no token
-    if (blocks.empty() || blocks.back().seq != job.seq || blocks.back().rows == kPrefillRows) {
+    if (blocks.empty() || blocks.back().seq != job.seq || blocks.back().rows == rows) {
       blocks.push_back({j, 1, job.seq, first, end});
       continue;
     }
@@ -86,7 +92,35 @@ inline std::vector<QueryBlock> query_blocks(std::span<const DeviceJob> jobs) {
   return blocks;
 }
 
-/// Whether a call's keys and values fit the prefill kernel: at most kPrefillMaxDim wide, and its
+/// The register-tiled kernel (prefill_tiles.cuh): rows and tokens of a block and a tile.
+inline constexpr int kTiledRows = 64;
+inline constexpr int kTiledKeys = 64;
+inline constexpr int kTiledPrefillThreads = 256;  // 16 x 16 threads, each 4 rows x 4 tokens (or 4 value columns)
+/// Floats a row of its transposed tiles takes: 64 entries, plus 4 so that a row stays 16-byte
+/// aligned and a column's stores spread over 8 banks instead of one.
+inline constexpr int kTiledStride = kTiledKeys + 4;
+
+/// Value columns the tiled kernel's threads cover in shared memory and registers: value_dim
+/// rounded up to 64, 128 or 256 (16 threads x 4 columns, 1, 2 or 4 times).
+POLYATTN_HOST_DEVICE int tiled_value_cols(int value_dim) { return value_dim <= 64 ? 64 : value_dim <= 128 ? 128 : 256; }
+
+/// Shared-memory bytes of a tiled prefill block: the block's queries and a tile's keys, both
+/// transposed (key_dim rows of kTiledStride), a tile's values (64 rows of tiled_value_cols), and
+/// the tile's weights, transposed (64 rows of kTiledStride).
+inline std::size_t tiled_prefill_shared_bytes(const AttendSpec& s) {
+  const std::size_t transposed = 2 * std::size_t(s.key_dim) * kTiledStride;
+  const std::size_t values = std::size_t(kTiledKeys) * std::size_t(tiled_value_cols(s.value_dim));
+  const std::size_t weights = std::size_t(kTiledKeys) * kTiledStride;
+  return (transposed + values + weights) * sizeof(float);
+}
+
+/// Which prefill kernel runs a call.
+enum class PrefillKernel { tiled, simple };
+
+/// Rows of a query block for `kernel`.
+inline int prefill_rows(PrefillKernel kernel) { return kernel == PrefillKernel::tiled ? kTiledRows : kPrefillRows; }
+
+/// Whether a call's keys and values fit the simple prefill kernel: at most kPrefillMaxDim wide, and its
 /// shared memory within the device's limit for one block (cudaDevAttrMaxSharedMemoryPerBlockOptin:
 /// 227 KiB on an H100, 99 KiB on sm_86 and sm_89, where 256-wide rows need 100 KiB).
 inline bool prefill_fits(const AttendSpec& s, std::size_t max_shared_bytes) {
@@ -94,14 +128,53 @@ inline bool prefill_fits(const AttendSpec& s, std::size_t max_shared_bytes) {
          prefill_shared_bytes(s) <= max_shared_bytes;
 }
 
-/// The prefill kernel's blocks for these jobs, or nothing when the call should run on the decode
-/// kernels (rows not in runs, or rows that do not fit it).
-inline std::optional<std::vector<QueryBlock>> plan_query_blocks(const AttendSpec& s, std::span<const DeviceJob> jobs,
-                                                                std::size_t max_shared_bytes) {
-  if (!prefill_fits(s, max_shared_bytes) || jobs.size() < std::size_t(kPrefillMinRows)) return std::nullopt;
-  std::vector<QueryBlock> blocks = query_blocks(jobs);
+/// Whether a call fits the tiled prefill kernel: keys at most 256 wide (its queries' and keys'
+/// transposed tiles), values at most 256, within the device's shared memory for one block.
+inline bool tiled_prefill_fits(const AttendSpec& s, std::size_t max_shared_bytes) {
+  return s.key_dim >= 1 && s.value_dim >= 1 && s.key_dim <= kPrefillMaxDim && s.value_dim <= kPrefillMaxDim &&
+         tiled_prefill_shared_bytes(s) <= max_shared_bytes;
+}
+
+/// The prefill kernel for a call's shapes: the tiled one where it fits (and `allow_tiled`), else
+/// the simple one where it fits, else none (the decode kernels run it).
+inline std::optional<PrefillKernel> choose_prefill_kernel(const AttendSpec& s, std::size_t max_shared_bytes, bool allow_tiled = true) {
+  if (allow_tiled && tiled_prefill_fits(s, max_shared_bytes)) return PrefillKernel::tiled;
+  if (prefill_fits(s, max_shared_bytes)) return PrefillKernel::simple;
+  return std::nullopt;
+}
+
+/// A call's query blocks for one prefill kernel, or nothing when the call should run on the
+/// decode kernels (rows not in runs).
+inline std::optional<std::vector<QueryBlock>> plan_blocks_in_runs(std::span<const DeviceJob> jobs, int rows) {
+  if (jobs.size() < std::size_t(kPrefillMinRows)) return std::nullopt;
+  std::vector<QueryBlock> blocks = query_blocks(jobs, rows);
   if (jobs.size() < blocks.size() * std::size_t(kPrefillMinRows)) return std::nullopt;
   return blocks;
+}
+
+/// The simple prefill kernel's blocks for these jobs, or nothing when the call should run on the
+/// decode kernels (rows not in runs, or rows that do not fit it).
+inline std::optional<std::vector<QueryBlock>> plan_query_blocks(const AttendSpec& s, std::span<const DeviceJob> jobs,
+                                                                std::size_t max_shared_bytes) {
+  if (!prefill_fits(s, max_shared_bytes)) return std::nullopt;
+  return plan_blocks_in_runs(jobs, kPrefillRows);
+}
+
+/// A prefill kernel and its query blocks.
+struct PrefillPlan {
+  PrefillKernel kernel;
+  std::vector<QueryBlock> blocks;
+};
+
+/// The prefill plan for a call: choose_prefill_kernel's kernel over blocks of its rows, or
+/// nothing when the call should run on the decode kernels.
+inline std::optional<PrefillPlan> plan_prefill(const AttendSpec& s, std::span<const DeviceJob> jobs, std::size_t max_shared_bytes,
+                                               bool allow_tiled = true) {
+  const std::optional<PrefillKernel> kernel = choose_prefill_kernel(s, max_shared_bytes, allow_tiled);
+  if (!kernel) return std::nullopt;
+  std::optional<std::vector<QueryBlock>> blocks = plan_blocks_in_runs(jobs, prefill_rows(*kernel));
+  if (!blocks) return std::nullopt;
+  return PrefillPlan{*kernel, std::move(*blocks)};
 }
 
 }  // namespace polyattn::exec::cuda
