@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 grep -m1 "model name" /proc/cpuinfo | tee -a "$out/device.txt"
 if command -v cuobjdump >/dev/null; then
   cuobjdump --dump-resource-usage "$bin/bench_cuda_prefill" > "$out/resource_usage.txt" 2>&1
-  grep -A1 "attend_query_blocks" "$out/resource_usage.txt" | grep -o "REG:[0-9]* STACK:[0-9]* SHARED:[0-9]* LOCAL:[0-9]*" | sort | uniq -c
+  grep -A1 "attend_query_" "$out/resource_usage.txt" | grep -o "REG:[0-9]* STACK:[0-9]* SHARED:[0-9]* LOCAL:[0-9]*" | sort | uniq -c
 fi
 status=0
 "$bin/test_cuda_layout" > "$out/test_cuda_layout.txt" 2>&1 || status=1

@@ -52,16 +52,37 @@ struct PrefillParams {
   float* acc;                   // (jobs, query_heads, max_chunks, value_dim), unnormalised
 };
 
+/// What a prefill block (of either kernel) works on: its query block, its query head (and the
+/// cache head and group member that head reads), and its chunk of the block's tokens [begin, stop).
+struct PrefillBlockIndex {
+  QueryBlock b;
+  int qh, head, g, chunk, begin, stop;
+  /// Past the query block's last chunk: merge_chunks does not read it. A block whose rows see no
+  /// token at all still writes their zeros when it is the only chunk.
+  __device__ bool idle(int max_chunks) const { return begin >= b.key_end && (chunk > 0 || max_chunks > 1); }
+};
+
+template <class T>
+__device__ PrefillBlockIndex prefill_block_index(const PrefillParams<T>& p) {
+  PrefillBlockIndex at;
+  at.b = p.blocks[blockIdx.x];
+  at.qh = blockIdx.y;
+  at.head = at.qh / p.spec.group;
+  at.g = at.qh % p.spec.group;
+  at.chunk = blockIdx.z;
+  at.begin = at.b.key_first + at.chunk * p.chunk_tokens;
+  at.stop = min(at.b.key_end, at.begin + p.chunk_tokens);
+  return at;
+}
+
 /// kColSlots: value columns per lane, ceil(value_dim / 32) rounded up to 1, 2, 4 or 8.
 template <class T, int kColSlots>
 __global__ void __launch_bounds__(kPrefillThreads) attend_query_blocks(PrefillParams<T> p) {
   const AttendSpec& s = p.spec;
-  const QueryBlock b = p.blocks[blockIdx.x];
-  const int qh = blockIdx.y, head = qh / s.group, g = qh % s.group, chunk = blockIdx.z;
-  const int begin = b.key_first + chunk * p.chunk_tokens, stop = min(b.key_end, begin + p.chunk_tokens);
-  // Past the query block's last chunk: merge_chunks does not read it. A block whose rows see no
-  // token at all still writes their zeros when it is the only chunk.
-  if (begin >= b.key_end && (chunk > 0 || p.max_chunks > 1)) return;
+  const PrefillBlockIndex at = prefill_block_index(p);
+  if (at.idle(p.max_chunks)) return;
+  const QueryBlock& b = at.b;
+  const int qh = at.qh, head = at.head, g = at.g, chunk = at.chunk, begin = at.begin, stop = at.stop;
   const int query_heads = s.cache_heads * s.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int query_cols = prefill_query_cols(s.key_dim), key_stride = prefill_key_stride(s.key_dim), dv = s.value_dim;

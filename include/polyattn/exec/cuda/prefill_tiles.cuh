@@ -47,16 +47,34 @@ __device__ __forceinline__ float row_group_sum(float x) {
   return x;
 }
 
+/// One token's products for a thread's 4 rows x 4 kColVec value columns: `weights` the 4 rows'
+/// weights (a float4), `values` the thread's first 4 columns of the token's value row (then + 64,
+/// + 128, + 192). A row that does not see the token (`seen`) adds nothing, not 0 x value.
+template <int kColVec>
+__device__ __forceinline__ void add_token_values(float (&acc)[4][4 * kColVec], const float* weights, const float* values,
+                                                 const bool (&seen)[4]) {
+  const float4 w = *reinterpret_cast<const float4*>(weights);
+  const float ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int m = 0; m < kColVec; ++m) {
+    const float4 v = *reinterpret_cast<const float4*>(values + 64 * m);
+    const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        if (seen[i]) acc[i][4 * m + c] = fmaf(ws[i], vs[c], acc[i][4 * m + c]);
+  }
+}
+
 /// kColVec: value columns per thread in fours, tiled_value_cols(value_dim) / 64 (1, 2 or 4).
 template <class T, int kColVec>
 __global__ void __launch_bounds__(kTiledPrefillThreads) attend_query_tiles(PrefillParams<T> p) {
   const AttendSpec& s = p.spec;
-  const QueryBlock b = p.blocks[blockIdx.x];
-  const int qh = blockIdx.y, head = qh / s.group, g = qh % s.group, chunk = blockIdx.z;
-  const int begin = b.key_first + chunk * p.chunk_tokens, stop = min(b.key_end, begin + p.chunk_tokens);
-  // Past the query block's last chunk: merge_chunks does not read it. A block whose rows see no
-  // token at all still writes their zeros when it is the only chunk.
-  if (begin >= b.key_end && (chunk > 0 || p.max_chunks > 1)) return;
+  const PrefillBlockIndex at = prefill_block_index(p);
+  if (at.idle(p.max_chunks)) return;
+  const QueryBlock& b = at.b;
+  const int qh = at.qh, head = at.head, g = at.g, chunk = at.chunk, begin = at.begin, stop = at.stop;
   const int query_heads = s.cache_heads * s.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int rg = tid / 16, kg = tid % 16;
@@ -167,38 +185,15 @@ __global__ void __launch_bounds__(kTiledPrefillThreads) attend_query_tiles(Prefi
 
     // 4. Values: per token, the 4 rows' weights and the thread's value columns.
     if (whole) {
+      const bool all[4] = {true, true, true, true};
 #pragma unroll 4
-      for (int t = 0; t < kTiledKeys; ++t) {
-        const float4 w = *reinterpret_cast<const float4*>(w_t + t * kS + 4 * rg);
-        const float ws[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-        for (int m = 0; m < kColVec; ++m) {
-          const float4 v = *reinterpret_cast<const float4*>(v_t + t * kCols + 64 * m + 4 * kg);
-          const float vs[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[i][4 * m + c] = fmaf(ws[i], vs[c], acc[i][4 * m + c]);
-        }
-      }
+      for (int t = 0; t < kTiledKeys; ++t) add_token_values<kColVec>(acc, w_t + t * kS + 4 * rg, v_t + t * kCols + 4 * kg, all);
     } else {
       for (int t = 0; t < n; ++t) {
-        const float4 w = *reinterpret_cast<const float4*>(w_t + t * kS + 4 * rg);
-        const float ws[4] = {w.x, w.y, w.z, w.w};
-        const int token = tile + t;
         bool seen[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) seen[i] = token >= first[i] && token < end[i];
-#pragma unroll
-        for (int m = 0; m < kColVec; ++m) {
-          const float4 v = *reinterpret_cast<const float4*>(v_t + t * kCols + 64 * m + 4 * kg);
-          const float vs[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int c = 0; c < 4; ++c)
-              if (seen[i]) acc[i][4 * m + c] = fmaf(ws[i], vs[c], acc[i][4 * m + c]);
-        }
+        for (int i = 0; i < 4; ++i) seen[i] = tile + t >= first[i] && tile + t < end[i];
+        add_token_values<kColVec>(acc, w_t + t * kS + 4 * rg, v_t + t * kCols + 4 * kg, seen);
       }
     }
   }
