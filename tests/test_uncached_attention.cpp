@@ -102,6 +102,47 @@ TEST_CASE("a value that is not finite changes only the rows that see it") {
   }
 }
 
+TEST_CASE("prefill blocks at the score limits, on tiles every row sees whole: +inf shares, NaN shows, all -inf gives 0") {
+  // Full mask, 100 rows over 100 keys (two tiles of 64 keys, every one seen whole by every row,
+  // where score_block also takes each lane's max): the limits of core/attend.hpp, as decode has
+  // them (test_attend_limits.cpp). Head 0's query is 1e20 in column 0; head 1's stays small.
+  const int n = 100, heads = 2, dh = 16;
+  std::mt19937 rng(17);
+  RowMatrixXf q = random_matrix(n, heads * dh, rng), k = random_matrix(n, heads * dh, rng);
+  const RowMatrixXf v = random_matrix(n, heads * dh, rng);
+  q.col(0).setConstant(1e20f);
+  const auto run = [&](const RowMatrixXf& keys) {
+    exec::CpuSimd cpu(2);
+    RowMatrixXf out = RowMatrixXf::Constant(n, heads * dh, std::numeric_limits<float>::quiet_NaN());
+    attention(cpu, q, keys, v, {heads, heads, dh}, Mask::full, out);
+    return out;
+  };
+  const RowMatrixXf small_head = dense_attention(q.rightCols(dh), k.rightCols(dh), v.rightCols(dh), 1, 1, false, 0);
+
+  // Tokens 3 and 70 (one in each tile) score +inf in head 0 (1e20 x 1e20 overflows float): they
+  // share the weight, every other token weighs 0.
+  RowMatrixXf inf_keys = k;
+  inf_keys(3, 0) = inf_keys(70, 0) = 1e20f;
+  const RowMatrixXf shared = run(inf_keys);
+  for (int i = 0; i < n; ++i)
+    for (int c = 0; c < dh; ++c) CHECK(shared(i, c) == doctest::Approx((v(3, c) + v(70, c)) / 2).epsilon(1e-6));
+  CHECK(max_abs_diff(shared.rightCols(dh), small_head) <= fp32_attention_tolerance(dh, n));
+
+  // A NaN key element in head 0, second tile: every row's head 0 is NaN; head 1 unchanged.
+  RowMatrixXf nan_keys = k;
+  nan_keys(90, 2) = std::numeric_limits<float>::quiet_NaN();
+  const RowMatrixXf nan_out = run(nan_keys);
+  CHECK(nan_out.leftCols(dh).array().isNaN().all());
+  CHECK(max_abs_diff(nan_out.rightCols(dh), small_head) <= fp32_attention_tolerance(dh, n));
+
+  // Every score of head 0 is -inf (1e20 x -1e20): nothing to weigh, the output is 0.
+  RowMatrixXf minus_inf_keys = k;
+  minus_inf_keys.col(0).setConstant(-1e20f);
+  const RowMatrixXf none = run(minus_inf_keys);
+  CHECK((none.leftCols(dh).array() == 0.0f).all());
+  CHECK(max_abs_diff(none.rightCols(dh), small_head) <= fp32_attention_tolerance(dh, n));
+}
+
 TEST_CASE("uncached attention with values narrower than keys reads each head's own value columns") {
   // Expected: the oracle over values zero-padded to the key width, whose first value_dim columns
   // of each head are the narrow values.

@@ -65,6 +65,7 @@ struct BlockScratch {
   std::vector<float> st;       // [kTile][lanes]: scores, then weights
   std::vector<float> acc;      // [lanes][value_dim]
   std::vector<float> max, sum, factor;  // [lanes]: the online-softmax state, and a tile's rescale
+  std::vector<float> tile_max;           // [lanes]: a tile's largest score, from score_block
   std::vector<float> keys, values;       // int8 caches: the tile's rows decoded (int8_tile.hpp)
 };
 
@@ -109,6 +110,7 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
   s.max.assign(std::size_t(lanes), kNegativeInfinity<float>);
   s.sum.assign(std::size_t(lanes), 0.0f);
   s.factor.resize(std::size_t(lanes));
+  s.tile_max.resize(std::size_t(lanes));
 
   const B minus_inf(kNegativeInfinity<float>), largest(kLargestFinite<float>), zero(0.0f), one(1.0f);
   for (int t = begin; t < end;) {
@@ -118,9 +120,13 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
     const auto keys = tile_rows<Arch>(stored_keys, n, spec.key_scales, s.keys);
     const auto values =
         spec.value_tensor == spec.key_tensor ? keys : tile_rows<Arch>(stored_values, n, spec.value_scales, s.values);
+    // A tile every row sees whole (and no token dropped): score_block also takes each lane's max,
+    // so that the softmax reads the scores once, not twice.
+    const bool whole = t >= all_first && t + n <= all_end && !KeyMaskT::drops_keys;
+    if (whole) std::fill(s.tile_max.begin(), s.tile_max.end(), kNegativeInfinity<float>);
     for (int v = 0; v < variants; ++v)
       score_block<Arch>(keys.data + spec.key_offset + v * spec.key_group_stride, keys.stride, n, dk, s.qt.data(), lanes, v * span,
-                        span, s.st.data(), lanes);
+                        span, s.st.data(), lanes, whole ? s.tile_max.data() : nullptr);
 
     // Tokens the mask drops inside the rows' ranges score -inf (asked per row and token).
     bool dropped = false;
@@ -133,21 +139,22 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
           }
     // One online-softmax step for W lanes at a time. Scores of tokens outside a lane's range
     // become -inf, +inf becomes the largest float (bounded_score); a NaN stays and shows.
-    const bool masked = t < all_first || t + n > all_end || dropped;
+    const bool masked = !whole || dropped;
     for (int c = 0; c < lanes; c += W) {
-      const B first = B::load_unaligned(s.first.data() + c), last = B::load_unaligned(s.end.data() + c);
-      B block_max = minus_inf;
-      for (int j = 0; j < n; ++j) {
-        float* p = s.st.data() + std::ptrdiff_t(j) * lanes + c;
-        B x = B::load_unaligned(p);
-        if (masked) {
+      B block_max = minus_inf;  // (a NaN score may or may not pass: it shows in the sum below)
+      if (masked) {
+        const B first = B::load_unaligned(s.first.data() + c), last = B::load_unaligned(s.end.data() + c);
+        for (int j = 0; j < n; ++j) {
+          float* p = s.st.data() + std::ptrdiff_t(j) * lanes + c;
           const B token(float(t + j));
-          x = xsimd::select(last <= token || first > token, minus_inf, x);
+          const B x = xsimd::select(last <= token || first > token, minus_inf, B::load_unaligned(p));
+          x.store_unaligned(p);
+          block_max = xsimd::max(block_max, x);
         }
-        x = xsimd::select(x > largest, largest, x);
-        x.store_unaligned(p);
-        block_max = xsimd::max(block_max, x);  // (a NaN score may or may not pass: it shows in the sum below)
+      } else {
+        block_max = B::load_unaligned(s.tile_max.data() + c);
       }
+      block_max = xsimd::select(block_max > largest, largest, block_max);
       const B old = B::load_unaligned(s.max.data() + c);
       B now = xsimd::select(xsimd::isnan(old), old, xsimd::max(old, block_max));
       const auto empty = now == minus_inf;  // every score so far -inf: weights 0, no exp(-inf - -inf)
@@ -157,7 +164,8 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
       B tile_sum = zero;
       for (int j = 0; j < n; ++j) {
         float* p = s.st.data() + std::ptrdiff_t(j) * lanes + c;
-        const B w = softmax_exp<Arch>(B::load_unaligned(p) - shift);
+        const B x = B::load_unaligned(p);
+        const B w = softmax_exp<Arch>(xsimd::select(x > largest, largest, x) - shift);
         w.store_unaligned(p);
         tile_sum += w;
       }

@@ -21,11 +21,13 @@ namespace polyattn::exec::cpu {
 
 /// st[r * st_stride + c ..] for NR keys (row r at keys + r * key_stride) against NC vectors of
 /// query lanes from column c of qt (qt[d * qt_stride + i] = q_i[d]). Each step over the key
-/// dimension loads NC query vectors and broadcasts NR key elements.
+/// dimension loads NC query vectors and broadcasts NR key elements. `lane_max` (if not null):
+/// raised to each lane's largest score of these keys (while they are still in registers, so that
+/// the softmax need not read the tile once more for its max; a NaN may or may not pass).
 /// Registers: NR*NC accumulators + NC + 1.
 template <class Arch, int NR, int NC, class T>
 void score_keys(const T* keys, std::ptrdiff_t key_stride, int dim, const float* qt, std::ptrdiff_t qt_stride, int c, float* st,
-                std::ptrdiff_t st_stride) {
+                std::ptrdiff_t st_stride, float* lane_max) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
   B acc[NR][NC];
@@ -41,13 +43,20 @@ void score_keys(const T* keys, std::ptrdiff_t key_stride, int dim, const float* 
   }
   for (int r = 0; r < NR; ++r)
     for (int v = 0; v < NC; ++v) acc[r][v].store_unaligned(st + r * st_stride + c + v * W);
+  if (lane_max)
+    for (int v = 0; v < NC; ++v) {
+      B m = B::load_unaligned(lane_max + c + v * W);
+      for (int r = 0; r < NR; ++r) m = xsimd::max(m, acc[r][v]);
+      m.store_unaligned(lane_max + c + v * W);
+    }
 }
 
 /// st[j * st_stride + c0 + i] = key_j . q_i for the n keys (key j at keys + j * key_stride) and
-/// the `lanes` query vectors of qt from column c0 (a multiple of W).
+/// the `lanes` query vectors of qt from column c0 (a multiple of W); `lane_max` (if not null, from
+/// c0 on): raised to each lane's largest score.
 template <class Arch, class T>
 void score_block(const T* keys, std::ptrdiff_t key_stride, int n, int dim, const float* qt, std::ptrdiff_t qt_stride, int c0,
-                 int lanes, float* st, std::ptrdiff_t st_stride) {
+                 int lanes, float* st, std::ptrdiff_t st_stride, float* lane_max = nullptr) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   constexpr bool wide = kVectorRegisters<Arch> == 32;
   // Keys x vectors of query lanes per register block: 8 x 3 + 3 + 1 = 28 of 32 registers, which
@@ -68,8 +77,9 @@ void score_block(const T* keys, std::ptrdiff_t key_stride, int n, int dim, const
     constexpr int NC = decltype(nc)::value;
     int j = 0;
     for (; j + kKeys <= n; j += kKeys)
-      score_keys<Arch, kKeys, NC>(keys + j * key_stride, key_stride, dim, qt, qt_stride, c, st + j * st_stride, st_stride);
-    for (; j < n; ++j) score_keys<Arch, 1, NC>(keys + j * key_stride, key_stride, dim, qt, qt_stride, c, st + j * st_stride, st_stride);
+      score_keys<Arch, kKeys, NC>(keys + j * key_stride, key_stride, dim, qt, qt_stride, c, st + j * st_stride, st_stride, lane_max);
+    for (; j < n; ++j)
+      score_keys<Arch, 1, NC>(keys + j * key_stride, key_stride, dim, qt, qt_stride, c, st + j * st_stride, st_stride, lane_max);
   };
   int v = 0;
   for (; v + kVectors <= vectors; v += kVectors) key_rows(std::integral_constant<int, kVectors>{}, c0 + v * W);
