@@ -120,26 +120,28 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
     const auto keys = tile_rows<Arch>(stored_keys, n, spec.key_scales, s.keys);
     const auto values =
         spec.value_tensor == spec.key_tensor ? keys : tile_rows<Arch>(stored_values, n, spec.value_scales, s.values);
+    // Whether the mask drops a token of this tile inside a row's range (asked per row and token).
+    bool dropped = false;
+    if constexpr (KeyMaskT::drops_keys)
+      for (int r = 0; r < R && !dropped; ++r)
+        for (int j = 0; j < n && !dropped; ++j) dropped = !KeyMaskT::keeps(rows[std::size_t(r)], t + j);
     // A tile every row sees whole (and no token dropped): score_block also takes each lane's max,
     // so that the softmax reads the scores once, not twice.
-    const bool whole = t >= all_first && t + n <= all_end && !KeyMaskT::drops_keys;
+    const bool whole = t >= all_first && t + n <= all_end && !dropped;
     if (whole) std::fill(s.tile_max.begin(), s.tile_max.end(), kNegativeInfinity<float>);
     for (int v = 0; v < variants; ++v)
       score_block<Arch>(keys.data + spec.key_offset + v * spec.key_group_stride, keys.stride, n, dk, s.qt.data(), lanes, v * span,
                         span, s.st.data(), lanes, whole ? s.tile_max.data() : nullptr);
 
-    // Tokens the mask drops inside the rows' ranges score -inf (asked per row and token).
-    bool dropped = false;
-    if constexpr (KeyMaskT::drops_keys)
+    // Tokens the mask drops inside the rows' ranges score -inf.
+    if (dropped)
       for (int r = 0; r < R; ++r)
         for (int j = 0; j < n; ++j)
-          if (!KeyMaskT::keeps(rows[std::size_t(r)], t + j)) {
-            dropped = true;
+          if (!KeyMaskT::keeps(rows[std::size_t(r)], t + j))
             for (int g = 0; g < G; ++g) s.st[std::size_t(j) * lanes + lane(g, r)] = kNegativeInfinity<float>;
-          }
     // One online-softmax step for W lanes at a time. Scores of tokens outside a lane's range
     // become -inf, +inf becomes the largest float (bounded_score); a NaN stays and shows.
-    const bool masked = !whole || dropped;
+    const bool masked = !whole;
     for (int c = 0; c < lanes; c += W) {
       B block_max = minus_inf;  // (a NaN score may or may not pass: it shows in the sum below)
       if (masked) {
