@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -317,8 +319,16 @@ TEST_CASE("the tiled decode kernel takes aligned rows that fit its shared memory
   CHECK_FALSE(plan_tiles(attend_spec(1, 1, 0, 0, 64, 5, 0, 64), rows({64, 64}), sizeof(float)));  // no such tensor
 }
 
-TEST_CASE("the prefill kernel takes rows in runs of one sequence, 32 a block, each block over its rows' tokens") {
+TEST_CASE("the simple prefill kernel takes rows in runs of one sequence, 32 a block, each block over its rows' tokens") {
   constexpr std::size_t kH100Shared = 227 << 10, kSm89Shared = 99 << 10;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+  // plan_prefill with the tiled kernel not allowed: the simple kernel's blocks, or nothing.
+  const auto plan_query_blocks = [](const AttendSpec& s, std::span<const DeviceJob> jobs,
+                                    std::size_t max_shared) -> std::optional<std::vector<QueryBlock>> {
+    auto plan = plan_prefill(s, jobs, max_shared, false);
+    if (!plan) return std::nullopt;
+    REQUIRE(plan->kernel == PrefillKernel::simple);
+    return std::move(plan->blocks);
+  };
   const AttendSpec mha = attend_spec(2, 1, 0, 0, 64, 1, 0, 64);
   // A causal chunk of 70 rows after 100 cached tokens, then 9 rows of another sequence, full.
   std::vector<DeviceJob> jobs;

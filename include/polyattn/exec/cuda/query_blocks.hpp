@@ -152,14 +152,6 @@ inline std::optional<std::vector<QueryBlock>> plan_blocks_in_runs(std::span<cons
   return blocks;
 }
 
-/// The simple prefill kernel's blocks for these jobs, or nothing when the call should run on the
-/// decode kernels (rows not in runs, or rows that do not fit it).
-inline std::optional<std::vector<QueryBlock>> plan_query_blocks(const AttendSpec& s, std::span<const DeviceJob> jobs,
-                                                                std::size_t max_shared_bytes) {
-  if (!prefill_fits(s, max_shared_bytes)) return std::nullopt;
-  return plan_blocks_in_runs(jobs, kPrefillRows);
-}
-
 /// A prefill kernel and its query blocks.
 struct PrefillPlan {
   PrefillKernel kernel;
