@@ -12,6 +12,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <polyattn/exec/cpu/attend_block.hpp>
 #include <polyattn/exec/cpu/softmax_exp.hpp>
 
 namespace {
@@ -19,7 +20,8 @@ namespace {
 /// The exponents to check: the specials, the edges of the range where 2^k is a normal power of
 /// two (k = -126, from x = -126.5 ln 2) and of xsimd's own cut-off (minlog, -88.376), a band of
 /// consecutive floats around each, and 2^14 evenly spaced floats of every binade from 2^-40 to
-/// 2^6 (so up to -128): about 800k values.
+/// 2^6 (so up to -128): about 800k values. Then the positive exponents fused tiles take (a score
+/// above a stale running max, attend_block.hpp): every binade from 2^-40 to 2^5, and 64.
 std::vector<float> exponents() {
   std::vector<float> x{-0.0f, 0.0f, -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
                        -std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::min(), -104.0f, -1.0f};
@@ -30,6 +32,12 @@ std::vector<float> exponents() {
   }
   for (int e = -40; e <= 6; ++e) {
     const std::uint32_t first = std::bit_cast<std::uint32_t>(-std::ldexp(1.0f, e));
+    for (std::uint32_t m = 0; m < (1u << 23); m += 1u << 9) x.push_back(std::bit_cast<float>(first + m));
+  }
+  static_assert(polyattn::exec::cpu::kFusedLimit == 64.0f);
+  x.push_back(64.0f);
+  for (int e = -40; e <= 5; ++e) {
+    const std::uint32_t first = std::bit_cast<std::uint32_t>(std::ldexp(1.0f, e));
     for (std::uint32_t m = 0; m < (1u << 23); m += 1u << 9) x.push_back(std::bit_cast<float>(first + m));
   }
   return x;
@@ -72,7 +80,7 @@ void check_against_xsimd() {
 
 }  // namespace
 
-TEST_CASE("the softmax exp equals xsimd::exp bit for bit on x <= 0, -inf and NaN") {
+TEST_CASE("the softmax exp equals xsimd::exp bit for bit on x <= 64, -inf and NaN") {
 #if defined(__AVX2__) && defined(__FMA__)
   SUBCASE("AVX2") { check_against_xsimd<xsimd::fma3<xsimd::avx2>>(); }
 #endif

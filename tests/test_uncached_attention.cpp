@@ -143,6 +143,40 @@ TEST_CASE("prefill blocks at the score limits, on tiles every row sees whole: +i
   CHECK(max_abs_diff(none.rightCols(dh), small_head) <= fp32_attention_tolerance(dh, n));
 }
 
+TEST_CASE("fused tiles: a row whose max rises by more than kRescaleAbove, or by kFusedLimit, matches the oracle") {
+  // Full mask, 200 rows over 200 keys (tiles of 64: after the first, whole tiles take their
+  // weights against each row's running max, attend_block.hpp). Even rows of head 0 have 1 in
+  // query column 0 (odd rows 0), so key 130 (tile 2) raises their scores by 20, more than
+  // kRescaleAbove over what the first tiles saw (those lanes are rescaled, their neighbours not),
+  // and key 195 (tile 3) by 200, more than kFusedLimit (the tile is scored again unfused: its
+  // weights against the old max would overflow).
+  // Head 1 stays random; every row of both heads must match the oracle.
+  const int n = 200, heads = 2, dh = 16;
+  static_assert(20 > exec::cpu::kRescaleAbove && 200 - 20 > exec::cpu::kFusedLimit);
+  const float scale = 1.0f / std::sqrt(float(dh));
+  std::mt19937 rng(23);
+  RowMatrixXf q = random_matrix(n, heads * dh, rng), k = random_matrix(n, heads * dh, rng);
+  const RowMatrixXf v = random_matrix(n, heads * dh, rng);
+  for (int i = 0; i < n; ++i) q(i, 0) = i % 2 == 0 ? 1.0f : 0.0f;
+  k(130, 0) = 20 / scale;
+  k(195, 0) = 200 / scale;
+  const RowMatrixXf expected = dense_attention(q, k, v, heads, 1, false, 0);
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    exec::CpuSimd cpu(threads);
+    RowMatrixXf out = RowMatrixXf::Constant(n, heads * dh, std::numeric_limits<float>::quiet_NaN());
+    attention(cpu, q, k, v, {heads, heads, dh}, Mask::full, out);
+    CHECK(max_abs_diff(out, expected) <= fp32_attention_tolerance(dh, n));
+  }
+  // Without key 195 the even rows' weight sits on key 130 (the rescaled lanes' final state).
+  k(195, 0) = 0;
+  const RowMatrixXf expected_130 = dense_attention(q, k, v, heads, 1, false, 0);
+  exec::CpuSimd cpu(2);
+  RowMatrixXf out = RowMatrixXf::Constant(n, heads * dh, std::numeric_limits<float>::quiet_NaN());
+  attention(cpu, q, k, v, {heads, heads, dh}, Mask::full, out);
+  CHECK(max_abs_diff(out, expected_130) <= fp32_attention_tolerance(dh, n));
+}
+
 TEST_CASE("uncached attention with values narrower than keys reads each head's own value columns") {
   // Expected: the oracle over values zero-padded to the key width, whose first value_dim columns
   // of each head are the narrow values.

@@ -39,6 +39,14 @@ namespace polyattn::exec::cpu {
 /// 16.5, 192 16.3, 240 16.0, 288 16.3.
 inline constexpr int kBlockVectors = 240;
 
+/// Fused tiles (attend_block): a lane's max is moved to its tile's when that exceeds it by more
+/// than this, so a weight stays below e^8 (about 3000: no sum of weights, or of weights times
+/// values, comes nearer to overflow than a factor 3000 over the exact softmax's)...
+inline constexpr float kRescaleAbove = 8.0f;
+/// ...and a tile whose max exceeds a lane's by this much is scored again unfused: its weights,
+/// up to e^64 each, could not have overflowed below that (64 of them sum to under 2^100).
+inline constexpr float kFusedLimit = 64.0f;
+
 /// Query rows per block of a run of `run_rows` rows; `uniform`: whether they all see the same
 /// keys. When they do not (a causal mask), a block computes the scores of every tile some row of
 /// it sees, and those its other rows do not see are wasted: about block / run of the work when
@@ -66,6 +74,7 @@ struct BlockScratch {
   std::vector<float> acc;      // [lanes][value_dim]
   std::vector<float> max, sum, factor;  // [lanes]: the online-softmax state, and a tile's rescale
   std::vector<float> tile_max;           // [lanes]: a tile's largest score, from score_block
+  std::vector<float> tile_sum;           // [lanes]: a fused tile's sum of weights, from score_block
   std::vector<float> keys, values;       // int8 caches: the tile's rows decoded (int8_tile.hpp)
 };
 
@@ -111,6 +120,8 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
   s.sum.assign(std::size_t(lanes), 0.0f);
   s.factor.resize(std::size_t(lanes));
   s.tile_max.resize(std::size_t(lanes));
+  s.tile_sum.resize(std::size_t(lanes));
+  bool maxima_finite = false;  // every lane's running max finite: a whole tile may then be fused
 
   const B minus_inf(kNegativeInfinity<float>), largest(kLargestFinite<float>), zero(0.0f), one(1.0f);
   for (int t = begin; t < end;) {
@@ -128,10 +139,28 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
     // A tile every row sees whole (and no token dropped): score_block also takes each lane's max,
     // so that the softmax reads the scores once, not twice.
     const bool whole = t >= all_first && t + n <= all_end && !dropped;
-    if (whole) std::fill(s.tile_max.begin(), s.tile_max.end(), kNegativeInfinity<float>);
-    for (int v = 0; v < variants; ++v)
-      score_block<Arch>(keys.data + spec.key_offset + v * spec.key_group_stride, keys.stride, n, dk, s.qt.data(), lanes, v * span,
-                        span, s.st.data(), lanes, whole ? s.tile_max.data() : nullptr);
+    const auto score = [&](float* lane_max, const float* shift, float* lane_sum) {
+      for (int v = 0; v < variants; ++v)
+        score_block<Arch>(keys.data + spec.key_offset + v * spec.key_group_stride, keys.stride, n, dk, s.qt.data(), lanes,
+                          v * span, span, s.st.data(), lanes, lane_max, shift, lane_sum);
+    };
+    // Fused: once every lane has a finite running max, a whole tile's weights are taken in
+    // score_block against that max, before the tile's own max is known (stale: a score may
+    // exceed it, so a weight may exceed 1; the softmax below rescales a lane whose max rose by
+    // more than kRescaleAbove). If a score rose by kFusedLimit or more (a weight could have
+    // overflowed, or a score is +inf), the tile is scored again the unfused way.
+    bool fused = whole && maxima_finite;
+    if (fused) {
+      std::fill(s.tile_max.begin(), s.tile_max.end(), kNegativeInfinity<float>);
+      std::fill(s.tile_sum.begin(), s.tile_sum.end(), 0.0f);
+      score(s.tile_max.data(), s.max.data(), s.tile_sum.data());
+      for (int c = 0; c < lanes && fused; c += W)
+        fused = !xsimd::any(B::load_unaligned(s.tile_max.data() + c) >= B::load_unaligned(s.max.data() + c) + B(kFusedLimit));
+    }
+    if (!fused) {
+      if (whole) std::fill(s.tile_max.begin(), s.tile_max.end(), kNegativeInfinity<float>);
+      score(whole ? s.tile_max.data() : nullptr, nullptr, nullptr);
+    }
 
     // Tokens the mask drops inside the rows' ranges score -inf.
     if (dropped)
@@ -142,7 +171,30 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
     // One online-softmax step for W lanes at a time. Scores of tokens outside a lane's range
     // become -inf, +inf becomes the largest float (bounded_score); a NaN stays and shows.
     const bool masked = !whole;
+    auto all_finite_maxima = xsimd::batch_bool<float, Arch>(true);
     for (int c = 0; c < lanes; c += W) {
+      if (fused) {  // weights and their sum are taken against the running max, old
+        const B old = B::load_unaligned(s.max.data() + c), block_max = B::load_unaligned(s.tile_max.data() + c);
+        B tile_sum = B::load_unaligned(s.tile_sum.data() + c), now = old, factor = one;
+        const auto rise = block_max > old + B(kRescaleAbove);
+        if (xsimd::any(rise)) {  // shift those lanes to their new max, as the unfused step would have
+          now = xsimd::select(rise, block_max, old);
+          factor = xsimd::select(rise, softmax_exp<Arch>(old - now), one);
+          const B tiny(std::numeric_limits<float>::min());
+          for (int j = 0; j < n; ++j) {  // (a product below the smallest normal float is 0: no denormal weight)
+            float* p = s.st.data() + std::ptrdiff_t(j) * lanes + c;
+            const B w = B::load_unaligned(p) * factor;
+            xsimd::select(w < tiny, zero, w).store_unaligned(p);
+          }
+          tile_sum *= factor;
+        }
+        now = xsimd::select(xsimd::isnan(tile_sum), tile_sum, now);  // a NaN score, as below
+        all_finite_maxima = all_finite_maxima && now > minus_inf;
+        now.store_unaligned(s.max.data() + c);
+        xsimd::fma(B::load_unaligned(s.sum.data() + c), factor, tile_sum).store_unaligned(s.sum.data() + c);
+        factor.store_unaligned(s.factor.data() + c);
+        continue;
+      }
       B block_max = minus_inf;  // (a NaN score may or may not pass: it shows in the sum below)
       if (masked) {
         const B first = B::load_unaligned(s.first.data() + c), last = B::load_unaligned(s.end.data() + c);
@@ -176,10 +228,12 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
       // becomes NaN, which every later tile's rescale factor carries, and its output is NaN:
       // the NaN weight has also gone into its sum and, times the values, its accumulator.
       now = xsimd::select(xsimd::isnan(tile_sum), tile_sum, now);
+      all_finite_maxima = all_finite_maxima && now > minus_inf;
       now.store_unaligned(s.max.data() + c);
       xsimd::fma(B::load_unaligned(s.sum.data() + c), factor, tile_sum).store_unaligned(s.sum.data() + c);
       factor.store_unaligned(s.factor.data() + c);
     }
+    maxima_finite = xsimd::all(all_finite_maxima);
     for (int i = 0; i < lanes; ++i)
       if (s.factor[std::size_t(i)] != 1.0f) scale<Arch>(s.factor[std::size_t(i)], s.acc.data() + std::ptrdiff_t(i) * dv, dv);
 

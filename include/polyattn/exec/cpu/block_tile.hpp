@@ -16,6 +16,7 @@
 
 #include "polyattn/exec/cpu/decode_tile.hpp"
 #include "polyattn/exec/cpu/load_floats.hpp"
+#include "polyattn/exec/cpu/softmax_exp.hpp"
 
 namespace polyattn::exec::cpu {
 
@@ -24,10 +25,13 @@ namespace polyattn::exec::cpu {
 /// dimension loads NC query vectors and broadcasts NR key elements. `lane_max` (if not null):
 /// raised to each lane's largest score of these keys (while they are still in registers, so that
 /// the softmax need not read the tile once more for its max; a NaN may or may not pass).
+/// `shift` (if not null, with lane_max and lane_sum): the weights exp(score - shift[lane]) are
+/// stored instead of the scores, and their sum is added to lane_sum (the softmax's exp taken
+/// while the scores are in registers: attend_block.hpp, fused tiles).
 /// Registers: NR*NC accumulators + NC + 1.
 template <class Arch, int NR, int NC, class T>
 void score_keys(const T* keys, std::ptrdiff_t key_stride, int dim, const float* qt, std::ptrdiff_t qt_stride, int c, float* st,
-                std::ptrdiff_t st_stride, float* lane_max) {
+                std::ptrdiff_t st_stride, float* lane_max, const float* shift, float* lane_sum) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
   B acc[NR][NC];
@@ -41,22 +45,35 @@ void score_keys(const T* keys, std::ptrdiff_t key_stride, int dim, const float* 
       for (int v = 0; v < NC; ++v) acc[r][v] = xsimd::fma(k, q[v], acc[r][v]);
     }
   }
-  for (int r = 0; r < NR; ++r)
-    for (int v = 0; v < NC; ++v) acc[r][v].store_unaligned(st + r * st_stride + c + v * W);
   if (lane_max)
     for (int v = 0; v < NC; ++v) {
       B m = B::load_unaligned(lane_max + c + v * W);
       for (int r = 0; r < NR; ++r) m = xsimd::max(m, acc[r][v]);
       m.store_unaligned(lane_max + c + v * W);
     }
+  if (shift) {
+    for (int v = 0; v < NC; ++v) {
+      const B by = B::load_unaligned(shift + c + v * W);
+      B sum = B::load_unaligned(lane_sum + c + v * W);
+      for (int r = 0; r < NR; ++r) {
+        acc[r][v] = softmax_exp<Arch>(acc[r][v] - by);
+        sum += acc[r][v];
+      }
+      sum.store_unaligned(lane_sum + c + v * W);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NC; ++v) acc[r][v].store_unaligned(st + r * st_stride + c + v * W);
 }
 
 /// st[j * st_stride + c0 + i] = key_j . q_i for the n keys (key j at keys + j * key_stride) and
 /// the `lanes` query vectors of qt from column c0 (a multiple of W); `lane_max` (if not null, from
-/// c0 on): raised to each lane's largest score.
+/// c0 on): raised to each lane's largest score. `shift` and `lane_sum` (if not null, from c0 on,
+/// with lane_max): st holds exp(score - shift[i]) instead, and lane_sum[i] gains their sum.
 template <class Arch, class T>
 void score_block(const T* keys, std::ptrdiff_t key_stride, int n, int dim, const float* qt, std::ptrdiff_t qt_stride, int c0,
-                 int lanes, float* st, std::ptrdiff_t st_stride, float* lane_max = nullptr) {
+                 int lanes, float* st, std::ptrdiff_t st_stride, float* lane_max = nullptr, const float* shift = nullptr,
+                 float* lane_sum = nullptr) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   constexpr bool wide = kVectorRegisters<Arch> == 32;
   // Keys x vectors of query lanes per register block: 8 x 3 + 3 + 1 = 28 of 32 registers, which
@@ -77,9 +94,9 @@ void score_block(const T* keys, std::ptrdiff_t key_stride, int n, int dim, const
     constexpr int NC = decltype(nc)::value;
     int j = 0;
     for (; j + kKeys <= n; j += kKeys)
-      score_keys<Arch, kKeys, NC>(keys + j * key_stride, key_stride, dim, qt, qt_stride, c, st + j * st_stride, st_stride, lane_max);
+      score_keys<Arch, kKeys, NC>(keys + j * key_stride, key_stride, dim, qt, qt_stride, c, st + j * st_stride, st_stride, lane_max, shift, lane_sum);
     for (; j < n; ++j)
-      score_keys<Arch, 1, NC>(keys + j * key_stride, key_stride, dim, qt, qt_stride, c, st + j * st_stride, st_stride, lane_max);
+      score_keys<Arch, 1, NC>(keys + j * key_stride, key_stride, dim, qt, qt_stride, c, st + j * st_stride, st_stride, lane_max, shift, lane_sum);
   };
   int v = 0;
   for (; v + kVectors <= vectors; v += kVectors) key_rows(std::integral_constant<int, kVectors>{}, c0 + v * W);

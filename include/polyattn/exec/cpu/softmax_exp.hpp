@@ -1,9 +1,10 @@
 // exp for the online softmax: the exponents it takes are scores less a running maximum, never
-// positive, so xsimd::exp's overflow branch is dead weight there, and on AVX-512 the scaling by
+// positive (or, on fused tiles, at most kFusedLimit = 64: attend_block.hpp), so xsimd::exp's
+// overflow branch (from 88.4) is dead weight there, and on AVX-512 the scaling by
 // 2^k is one instruction (vscalefps) instead of xsimd's integer exponent arithmetic
 // (convert, add, shift, multiply). The reduction and the polynomial are xsimd's own (Cody-Waite
 // with ln 2 split in two, then 1 + r + r^2 P(r)), so the result is xsimd::exp's, bit for bit,
-// for every x <= 0, -inf and NaN (tests/test_softmax_exp.cpp checks about 800k of them, dense
+// for every x <= 64, -inf and NaN (tests/test_softmax_exp.cpp checks about 1.5M of them, dense
 // around the edges where 2^k underflows).
 // Results xsimd flushes to 0 (2^k below 2^-126) are flushed here too, so no denormal weight
 // ever slows the products that follow.
@@ -27,7 +28,7 @@ inline B float_bits(std::uint32_t bits) {
   return B(std::bit_cast<float>(bits));
 }
 
-/// exp(x), lane by lane, for x <= 0 (and -inf: 0; NaN: NaN), equal to xsimd::exp(x).
+/// exp(x), lane by lane, for x <= 64 (and -inf: 0; NaN: NaN), equal to xsimd::exp(x).
 template <class Arch>
 inline xsimd::batch<float, Arch> softmax_exp(const xsimd::batch<float, Arch>& x) {
   using B = xsimd::batch<float, Arch>;
