@@ -219,6 +219,10 @@ int main(int argc, char** argv) {
     usage(argv[0], "--compute-type '" + compute_type + "' is not float32, bfloat16 or int8");
   if (compute_type != "float32" && device != "cpu")
     usage(argv[0], "--compute-type " + compute_type + " runs on --device cpu only (the cuBLAS engine multiplies float32)");
+  // Asked of oneDNN here, before any audio is read or the model loads (stored_affine would
+  // otherwise refuse only at the first product).
+  if (compute_type == "bfloat16" && !pw::OnednnBf16Dense::supported())
+    usage(argv[0], "--compute-type bfloat16: oneDNN has no bfloat16 matmul for this CPU (it needs AVX-512); use float32 or int8");
   const pw::Backend* backend = nullptr;
   if (device == "cpu") {
     backend = &pw::cpu_backend();
