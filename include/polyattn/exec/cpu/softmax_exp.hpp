@@ -28,9 +28,11 @@ inline B float_bits(std::uint32_t bits) {
   return B(std::bit_cast<float>(bits));
 }
 
-/// exp(x), lane by lane, for x <= 64 (and -inf: 0; NaN: NaN), equal to xsimd::exp(x).
+/// exp(x), lane by lane, for x <= 64 (and -inf: 0; NaN: NaN), equal to xsimd::exp(x). Always
+/// inlined: attend_block calls it in four places, and GCC 12 then left it out of line in some
+/// translation units (a call per vector, and -Wuninitialized on _mm512_undefined_ps in its body).
 template <class Arch>
-inline xsimd::batch<float, Arch> softmax_exp(const xsimd::batch<float, Arch>& x) {
+[[gnu::always_inline]] inline xsimd::batch<float, Arch> softmax_exp(const xsimd::batch<float, Arch>& x) {
   using B = xsimd::batch<float, Arch>;
   // x = k ln 2 + r, |r| <= ln 2 / 2; ln 2 = log_2hi + log_2lo, log_2hi exact in 8 bits, so k
   // log_2hi is exact and r carries no cancellation error.
