@@ -9,9 +9,15 @@
 // Also MTLA's causal prefill of T fresh tokens (paper shape) both ways: through Attention, which
 // runs it one token at a time so each query sees its slot as decode would, and as the parallel
 // form (mtla_parallel.hpp), one uncached attention over a key per token under the stride mask.
+// And the causal prefill of T fresh tokens of the shared-row variants both ways (the prefill
+// issue asks which is faster): in their own space (Attention::prefill: absorbed queries against
+// the cached rows, every head reading one shared row) and expanded to per-head K/V first
+// (Mla::expand, or XCache's K = X W_k, V = X W_v, q = x W_q + b_q), then uncached attention;
+// the expansion is timed with it. `max_diff`: the two ways' largest output difference.
 #include <benchmark/benchmark.h>
 
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include <polyattn/polyattn.hpp>
@@ -76,6 +82,76 @@ void BM_MtlaPrefill(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
 }
+/// One causal prefill of T fresh tokens through Attention<V, Nhd, CpuSimd> (own space), and
+/// `expanded(q, rows, out)`: the same attention through per-head K/V.
+template <class V, class Expanded>
+void time_shared_row_prefill(benchmark::State& state, AttentionShape shape, bool expand, const RowMatrixXf& q,
+                             const typename V::Params& params, const typename V::Rows& rows, Expanded&& expanded) {
+  using A = Attention<V, Nhd, exec::CpuSimd>;
+  const int tokens = int(q.rows());
+  A attn(shape, {.max_sequences = 1, .capacity = A::cache_rows_for(tokens)}, params, 0);
+  RowMatrixXf own(tokens, V::output_width(shape)), out(tokens, V::output_width(shape));
+  const auto own_space = [&](RowMatrixXf& o) {
+    const int seq = attn.open_sequence();
+    attn.prefill(seq, q, rows, Mask::causal, o);
+    attn.close_sequence(seq);
+  };
+  own_space(own);
+  expanded(out);
+  state.counters["max_diff"] = double((own - out).cwiseAbs().maxCoeff());
+  for (auto _ : state) {
+    if (expand)
+      expanded(out);
+    else
+      own_space(out);
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+
+/// args: T tokens, expand (0: own space, 1: per-head K/V). Mla at the paper's shape (8 heads of
+/// 64, r 256, RoPE 32) and Whisper-MLA at Whisper small's (12 heads, r 96, 4 kept key dims a head).
+template <class V>
+void BM_MlaPrefill(benchmark::State& state) {
+  const AttentionShape shape{std::is_same_v<V, WhisperMla> ? 12 : 8, 64};
+  const int tokens = int(state.range(0));
+  std::mt19937 rng(42);
+  const auto params = Inputs<V>::params(shape, rng);
+  const RowMatrixXf q = uniform(tokens, V::query_width(shape), rng), latent = uniform(tokens, V::rank, rng);
+  const RowMatrixXf part = uniform(tokens, V::key_part_width(shape), rng);
+  const typename V::Rows rows{latent, part};
+  const AttendSpec spec = V::attend_spec(shape, params);
+  const AttentionHeads heads{shape.n_heads, shape.n_heads, V::query_head_dim(shape), spec.scale, shape.head_dim};
+  exec::CpuSimd cpu;
+  time_shared_row_prefill<V>(state, shape, state.range(1) != 0, q, params, rows, [&](RowMatrixXf& out) {
+    const auto kv = V::expand(shape, params, rows);
+    attention(cpu, q, kv.k, kv.v, heads, Mask::causal, out);
+  });
+}
+
+/// args: T tokens, expand. XCache at Whisper tiny's shape (6 heads of 64, d 384).
+void BM_XCachePrefill(benchmark::State& state) {
+  const AttentionShape shape{6, 64};
+  const int tokens = int(state.range(0));
+  std::mt19937 rng(42);
+  const XCache::Params params = Inputs<XCache>::params(shape, rng);
+  if (params.path != XCache::QueryPath::projected) {
+    state.SkipWithError("expects the projected query path at this shape");
+    return;
+  }
+  const RowMatrixXf x = uniform(tokens, shape.input_width(), rng);
+  const AttendSpec spec = XCache::attend_spec(shape, params);
+  const AttentionHeads heads{shape.n_heads, shape.n_heads, shape.head_dim, spec.scale};
+  exec::CpuSimd cpu;
+  time_shared_row_prefill<XCache>(state, shape, state.range(1) != 0, x, params, {x}, [&](RowMatrixXf& out) {
+    const RowMatrixXf q = (x * params.w_q).rowwise() + params.b_q, k = x * params.w_k, v = x * params.w_v;
+    attention(cpu, q, k, v, heads, Mask::causal, out);
+    out.rowwise() += params.b_v;
+  });
+}
+void SharedRowPrefillArgs(benchmark::internal::Benchmark* b) {
+  b->ArgsProduct({{448, 1500, 4096}, {0, 1}})->ArgNames({"T", "expand"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
 void PrefillLengths(benchmark::internal::Benchmark* b) {
   b->Arg(448)->Arg(1500)->ArgName("T")->UseRealTime()->Unit(benchmark::kMillisecond);
 }
@@ -106,5 +182,8 @@ BENCHMARK(BM_MtlaPrefill<2, false>)->Apply(PrefillLengths);
 BENCHMARK(BM_MtlaPrefill<2, true>)->Apply(PrefillLengths);
 BENCHMARK(BM_MtlaPrefill<4, false>)->Apply(PrefillLengths);
 BENCHMARK(BM_MtlaPrefill<4, true>)->Apply(PrefillLengths);
+BENCHMARK(BM_MlaPrefill<MlaPaper>)->Apply(SharedRowPrefillArgs);
+BENCHMARK(BM_MlaPrefill<WhisperMla>)->Apply(SharedRowPrefillArgs);
+BENCHMARK(BM_XCachePrefill)->Apply(SharedRowPrefillArgs);
 
 BENCHMARK_MAIN();
