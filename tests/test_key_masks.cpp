@@ -60,9 +60,9 @@ void check_window_both_executors(const WindowCase& c) {
   CAPTURE(c.n_keys);
   CAPTURE(c.mask == Mask::causal);
   exec::Reference reference;
-  check_uncached<SlidingWindow<W>>(reference, c, {.window = W}, 4 * 0x1p-24);
+  check_uncached<SlidingWindow<W>>(reference, c, {.window = W, .keeps = {}}, 4 * 0x1p-24);
   exec::CpuSimd cpu(2);
-  check_uncached<SlidingWindow<W>>(cpu, c, {.window = W}, fp32_attention_tolerance(c.head_dim, std::min(W, c.n_keys)));
+  check_uncached<SlidingWindow<W>>(cpu, c, {.window = W, .keeps = {}}, fp32_attention_tolerance(c.head_dim, std::min(W, c.n_keys)));
 }
 
 }  // namespace
@@ -133,8 +133,8 @@ TEST_CASE("a value that is not finite changes only the rows whose mask lets them
     };
     // A window of 10: token 92 is seen by the rows at 92..101, token 60 by those at 60..69 (none
     // of the 3-row case's 97..99).
-    check(SlidingWindow<10>{}, {.window = 10}, 92, [](int pos) { return pos >= 92 && pos < 102; });
-    check(SlidingWindow<10>{}, {.window = 10}, 60, [](int pos) { return pos >= 60 && pos < 70; });
+    check(SlidingWindow<10>{}, {.window = 10, .keeps = {}}, 92, [](int pos) { return pos >= 92 && pos < 102; });
+    check(SlidingWindow<10>{}, {.window = 10, .keeps = {}}, 60, [](int pos) { return pos >= 60 && pos < 70; });
     // The stride mask: token 97 does not close a slot of 3, so only row 97 sees it.
     check(MtlaStrideMask<3>{}, {.keeps = stride_keeps<3>}, 97, [](int pos) { return pos == 97; });
   }

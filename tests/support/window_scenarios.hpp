@@ -69,7 +69,7 @@ void window_prefill_and_decode() {
   };
   std::vector<Seq> seqs;
   // Prefill in chunks (the second after the first's tokens), lengths 1, 23 and 70 (40 + 30).
-  for (const std::vector<int> chunks : {std::vector<int>{1}, {23}, {40, 30}}) {
+  for (const std::vector<int>& chunks : {std::vector<int>{1}, {23}, {40, 30}}) {
     Seq q_seq{attn.open_sequence(), RowMatrixXf(0, s.query_width() / group), RowMatrixXf(0, s.query_width() / group)};
     for (int n : chunks) {
       const OracleRows<V> rows(s, n, rng);
@@ -82,7 +82,7 @@ void window_prefill_and_decode() {
       v << q_seq.v, rows.v;
       q_seq.k = k;
       q_seq.v = v;
-      CHECK(max_abs_diff(out, dense_attention(q, k, v, s.n_heads, group, true, first_pos, {.window = W})) <=
+      CHECK(max_abs_diff(out, dense_attention(q, k, v, s.n_heads, group, true, first_pos, {.window = W, .keeps = {}})) <=
             fp32_attention_tolerance(s.head_dim, W));
     }
     seqs.push_back(q_seq);
@@ -103,7 +103,7 @@ void window_prefill_and_decode() {
       v << seq.v, rows.v.row(b);
       seq.k = k;
       seq.v = v;
-      const RowMatrixXf expected = dense_attention(RowMatrixXf(q.row(b)), k, v, s.n_heads, group, true, int(k.rows()) - 1, {.window = W});
+      const RowMatrixXf expected = dense_attention(RowMatrixXf(q.row(b)), k, v, s.n_heads, group, true, int(k.rows()) - 1, {.window = W, .keeps = {}});
       CAPTURE(step);
       CAPTURE(b);
       CHECK(max_abs_diff(RowMatrixXf(out.row(b)), expected) <= fp32_attention_tolerance(s.head_dim, W));
