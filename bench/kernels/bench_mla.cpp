@@ -82,8 +82,8 @@ void BM_MtlaPrefill(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
 }
-/// One causal prefill of T fresh tokens through Attention<V, Nhd, CpuSimd> (own space), and
-/// `expanded(q, rows, out)`: the same attention through per-head K/V.
+/// Times one causal prefill of the T tokens of q and rows: through Attention<V, Nhd, CpuSimd>
+/// (own space), or, with `expand`, by `expanded(out)`: the same attention through per-head K/V.
 template <class V, class Expanded>
 void time_shared_row_prefill(benchmark::State& state, AttentionShape shape, bool expand, const RowMatrixXf& q,
                              const typename V::Params& params, const typename V::Rows& rows, Expanded&& expanded) {

@@ -64,16 +64,6 @@ int block_rows(const AttendSpec& spec, bool uniform, int run_rows) {
   return std::max(W, vectors / spec.group / W * W);
 }
 
-/// Asks for the cache lines of `count` floats from p (for writing: `write`), into L1.
-inline void ask_lines(const float* p, int count, bool write = false) {
-  const char* first = reinterpret_cast<const char*>(p);
-  for (int b = 0; b < count * int(sizeof(float)); b += 64)
-    if (write)
-      __builtin_prefetch(first + b, 1, 3);
-    else
-      __builtin_prefetch(first + b, 0, 3);
-}
-
 /// Per-thread scratch of attend_block, kept across blocks to spare allocations. A block's query
 /// vectors are its lanes: lane g * R + r is head g of row r when the group shares a key; when
 /// each head reads its own slice, head g's rows start at lane g * round_up(R, W).
@@ -106,7 +96,7 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
   // a few floats at a time between scattered stores, so few of their misses overlapped (the
   // transpose took half of this function's time, 1500 tokens, 6 heads, full mask): every line
   // is asked for first. Likewise the output rows, at the end.
-  for (const QueryJob& job : rows) ask_lines(job.query + std::ptrdiff_t(head * G) * dk, G * dk);
+  for (const QueryJob& job : rows) ask_bytes(job.query + std::ptrdiff_t(head * G) * dk, G * dk * std::ptrdiff_t(sizeof(float)));
   s.qt.assign(std::size_t(dk) * lanes, 0.0f);
   s.first.assign(std::size_t(lanes), 0.0f);
   s.end.assign(std::size_t(lanes), 0.0f);
@@ -164,18 +154,16 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
     // exceed it, so a weight may exceed 1; the softmax below rescales a lane whose max rose by
     // more than kRescaleAbove). If a score rose by kFusedLimit or more (a weight could have
     // overflowed, or a score is +inf), the tile is scored again the unfused way.
+    // (Scored again, the tile raises tile_max to the maxima it already holds.)
+    if (whole) std::fill(s.tile_max.begin(), s.tile_max.end(), kNegativeInfinity<float>);
     bool fused = whole && maxima_finite;
     if (fused) {
-      std::fill(s.tile_max.begin(), s.tile_max.end(), kNegativeInfinity<float>);
       std::fill(s.tile_sum.begin(), s.tile_sum.end(), 0.0f);
       score(s.tile_max.data(), s.max.data(), s.tile_sum.data());
       for (int c = 0; c < lanes && fused; c += W)
         fused = !xsimd::any(B::load_unaligned(s.tile_max.data() + c) >= B::load_unaligned(s.max.data() + c) + B(kFusedLimit));
     }
-    if (!fused) {
-      if (whole) std::fill(s.tile_max.begin(), s.tile_max.end(), kNegativeInfinity<float>);
-      score(whole ? s.tile_max.data() : nullptr, nullptr, nullptr);
-    }
+    if (!fused) score(whole ? s.tile_max.data() : nullptr, nullptr, nullptr);
 
     // Tokens the mask drops inside the rows' ranges score -inf.
     if (dropped)
@@ -188,9 +176,11 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
     const bool masked = !whole;
     auto all_finite_maxima = xsimd::batch_bool<float, Arch>(true);
     for (int c = 0; c < lanes; c += W) {
-      if (fused) {  // weights and their sum are taken against the running max, old
-        const B old = B::load_unaligned(s.max.data() + c), block_max = B::load_unaligned(s.tile_max.data() + c);
-        B tile_sum = B::load_unaligned(s.tile_sum.data() + c), now = old, factor = one;
+      const B old = B::load_unaligned(s.max.data() + c);
+      B now = old, factor = one, tile_sum = zero;  // the lanes' new max, their rescale, the tile's sum of weights
+      if (fused) {  // weights and their sum were taken against the running max, old
+        const B block_max = B::load_unaligned(s.tile_max.data() + c);
+        tile_sum = B::load_unaligned(s.tile_sum.data() + c);
         const auto rise = block_max > old + B(kRescaleAbove);
         if (xsimd::any(rise)) {  // shift those lanes to their new max, as the unfused step would have
           now = xsimd::select(rise, block_max, old);
@@ -203,40 +193,33 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
           }
           tile_sum *= factor;
         }
-        now = xsimd::select(xsimd::isnan(tile_sum), tile_sum, now);  // a NaN score, as below
-        all_finite_maxima = all_finite_maxima && now > minus_inf;
-        now.store_unaligned(s.max.data() + c);
-        xsimd::fma(B::load_unaligned(s.sum.data() + c), factor, tile_sum).store_unaligned(s.sum.data() + c);
-        factor.store_unaligned(s.factor.data() + c);
-        continue;
-      }
-      B block_max = minus_inf;  // (a NaN score may or may not pass: it shows in the sum below)
-      if (masked) {
-        const B first = B::load_unaligned(s.first.data() + c), last = B::load_unaligned(s.end.data() + c);
+      } else {
+        B block_max = minus_inf;  // (a NaN score may or may not pass: it shows in the sum below)
+        if (masked) {
+          const B first = B::load_unaligned(s.first.data() + c), last = B::load_unaligned(s.end.data() + c);
+          for (int j = 0; j < n; ++j) {
+            float* p = s.st.data() + std::ptrdiff_t(j) * lanes + c;
+            const B token(float(t + j));
+            const B x = xsimd::select(last <= token || first > token, minus_inf, B::load_unaligned(p));
+            x.store_unaligned(p);
+            block_max = xsimd::max(block_max, x);
+          }
+        } else {
+          block_max = B::load_unaligned(s.tile_max.data() + c);
+        }
+        block_max = xsimd::select(block_max > largest, largest, block_max);
+        now = xsimd::select(xsimd::isnan(old), old, xsimd::max(old, block_max));
+        const auto empty = now == minus_inf;  // every score so far -inf: weights 0, no exp(-inf - -inf)
+        factor = xsimd::select(empty, one, softmax_exp<Arch>(old - now));
+        // An empty lane's scores are all -inf: shifted by 0 instead of -inf, each weighs exp(-inf) = 0.
+        const B shift = xsimd::select(empty, zero, now);
         for (int j = 0; j < n; ++j) {
           float* p = s.st.data() + std::ptrdiff_t(j) * lanes + c;
-          const B token(float(t + j));
-          const B x = xsimd::select(last <= token || first > token, minus_inf, B::load_unaligned(p));
-          x.store_unaligned(p);
-          block_max = xsimd::max(block_max, x);
+          const B x = B::load_unaligned(p);
+          const B w = softmax_exp<Arch>(xsimd::select(x > largest, largest, x) - shift);
+          w.store_unaligned(p);
+          tile_sum += w;
         }
-      } else {
-        block_max = B::load_unaligned(s.tile_max.data() + c);
-      }
-      block_max = xsimd::select(block_max > largest, largest, block_max);
-      const B old = B::load_unaligned(s.max.data() + c);
-      B now = xsimd::select(xsimd::isnan(old), old, xsimd::max(old, block_max));
-      const auto empty = now == minus_inf;  // every score so far -inf: weights 0, no exp(-inf - -inf)
-      const B factor = xsimd::select(empty, one, softmax_exp<Arch>(old - now));
-      // An empty lane's scores are all -inf: shifted by 0 instead of -inf, each weighs exp(-inf) = 0.
-      const B shift = xsimd::select(empty, zero, now);
-      B tile_sum = zero;
-      for (int j = 0; j < n; ++j) {
-        float* p = s.st.data() + std::ptrdiff_t(j) * lanes + c;
-        const B x = B::load_unaligned(p);
-        const B w = softmax_exp<Arch>(xsimd::select(x > largest, largest, x) - shift);
-        w.store_unaligned(p);
-        tile_sum += w;
       }
       // A weight is NaN exactly when its score is (or the shift is): the shift is never -inf,
       // and +inf was bounded. A lane whose tile sum is NaN saw a NaN score, so its maximum
@@ -277,7 +260,7 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
     t += n;
   }
 
-  for (const QueryJob& job : rows) ask_lines(job.out + std::ptrdiff_t(head * G) * dv, G * dv, true);
+  for (const QueryJob& job : rows) ask_bytes</*Write=*/1>(job.out + std::ptrdiff_t(head * G) * dv, G * dv * std::ptrdiff_t(sizeof(float)));
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < G; ++g) {
       const int i = lane(g, r);

@@ -102,6 +102,14 @@ inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows)
 /// head's passes (pace(value_steps, heads)): asked whole while the first head was scored, the key
 /// rows of all heads came as one burst and the value rows not at all, and Nhd ran MHA and GQA at
 /// about half of Hnd's speed.
+/// Asks for the cache lines of `bytes` bytes from p; Write and Locality as __builtin_prefetch
+/// takes them (Locality 1: into L2, 3: into L1).
+template <int Write = 0, int Locality = 3>
+inline void ask_bytes(const void* p, std::ptrdiff_t bytes) {
+  const char* first = static_cast<const char*>(p);
+  for (std::ptrdiff_t b = 0; b < bytes; b += 64) __builtin_prefetch(first + b, Write, Locality);
+}
+
 struct NextTile {
   const char* first = nullptr;  // the next tile's first row (its first byte read)
   std::ptrdiff_t stride = 0;    // bytes between its rows
@@ -129,8 +137,8 @@ struct NextTile {
   void score_step(int j) {
     if (per_step > 0) return ask_lines(per_step);
     if (j >= count) return;
-    ask_row(first + j * stride, bytes);
-    if (value_first) ask_row(value_first + j * value_stride, value_bytes);
+    ask_bytes<0, 1>(first + j * stride, bytes);
+    if (value_first) ask_bytes<0, 1>(value_first + j * value_stride, value_bytes);
   }
   /// Whether the value pass asks for part of the next tile.
   bool paced() const { return per_step > 0; }
@@ -142,9 +150,6 @@ struct NextTile {
   }
 
  private:
-  static void ask_row(const char* p, int bytes) {
-    for (int b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 1);
-  }
   void ask_lines(int lines) {
     for (; lines > 0 && row < count; --lines) {
       __builtin_prefetch(first + row * stride + offset, 0, 1);
