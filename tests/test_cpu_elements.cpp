@@ -233,3 +233,33 @@ TEST_CASE("int8 decode: a non-finite value row changes only the rows that see it
   CHECK(max_abs_diff(RowMatrixXf(y_cpu.bottomRows(2)), RowMatrixXf(y_ref.bottomRows(2))) <= fp32_attention_tolerance(64, 100));
   CHECK(max_abs_diff(RowMatrixXf(y_cpu.topRows(97)), RowMatrixXf(y_ref.topRows(97))) <= fp32_attention_tolerance(64, 100));
 }
+
+TEST_CASE_TEMPLATE("decode tiles span the pages of Paged<16>: the same bits as Hnd's tiles", T, Eigen::half, std::int8_t) {
+  // One thread, so no sequence is split into chunks: both layouts then cut each sequence into the
+  // same tiles of kTile rows (a tile of Paged<16> gathers 4 pages), and every sum is taken in the
+  // same order. With a tile per page, Paged<16> took other online-softmax steps than Hnd and its
+  // outputs differed in the last bits.
+  const auto decode = [](auto layout, auto variant) {
+    using L = typename decltype(layout)::type;
+    using V = typename decltype(variant)::type;
+    const AttentionShape shape{6, 64};
+    const int kv_width = V::kv_heads(shape) * shape.head_dim, q_width = shape.query_width();
+    Attention<V, L, exec::CpuSimd, T> attn(shape, {.max_sequences = 4, .capacity = 300, .poison_unused = true}, {}, 1);
+    std::mt19937 rng(5);
+    std::vector<int> seqs;
+    for (int length : {1, 17, 100, 300}) {
+      const int seq = attn.open_sequence();
+      const RowMatrixXf k = random_matrix(length, kv_width, rng), v = random_matrix(length, kv_width, rng);
+      attn.append(seq, {k, v});
+      seqs.push_back(seq);
+    }
+    const RowMatrixXf q = random_matrix(4, q_width, rng);
+    RowMatrixXf out(4, q_width);
+    attn.attend(seqs, q, out);
+    return out;
+  };
+  const std::type_identity<Paged<16>> paged;
+  const std::type_identity<Hnd> hnd;
+  CHECK((decode(paged, std::type_identity<Mha>{}).array() == decode(hnd, std::type_identity<Mha>{}).array()).all());
+  CHECK((decode(paged, std::type_identity<Gqa<2>>{}).array() == decode(hnd, std::type_identity<Gqa<2>>{}).array()).all());
+}

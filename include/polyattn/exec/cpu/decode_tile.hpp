@@ -94,8 +94,9 @@ inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows)
 /// paced, XCache ran 1.15-1.25x faster (AMD EPYC Zen 4, Hnd, L 65536, batch 16, four alternated
 /// runs). Two other splits measured worse: pacing MHA's rows too (a cursor per row cost its small
 /// int8 rows up to 1.3x), and asking XCache's rows a first part in the score pass and the rest in
-/// the value pass (1.1x slower than in order). It also finds the next page of Paged<P>, which the
-/// hardware prefetchers cannot guess. Lines go into L2 only (prefetcht2): a tile of XCache rows
+/// the value pass (1.1x slower than in order). It also finds the next pages of Paged<P>, which the
+/// hardware prefetchers cannot guess: there each head asks for its own rows of them, keys and
+/// values (attend_chunk). Lines go into L2 only (prefetcht2): a tile of XCache rows
 /// is 96 KiB, more than L1, and prefetches into L1 ran 1.1-1.2x slower on SlimK2 and XCache.
 /// Where a token's heads are adjacent (Nhd) and the values are rows of their own (MHA, GQA), the
 /// next tile's key rows, then its value rows, all heads' parts, are paced over the steps of every
@@ -128,7 +129,7 @@ struct NextTile {
   /// steps of a tile (value_steps per scored row, for each of `heads` heads); value_steps 0: row
   /// by row as the rows are scored.
   void pace(int value_steps, int heads = 1) {
-    if (value_steps == 0) return void(per_step = 0);
+    if (value_steps == 0 || count == 0) return void(per_step = 0);
     const int lines = count * ((bytes + 63) / 64 + (value_first ? (value_bytes + 63) / 64 : 0));
     const int steps = heads * count * (1 + value_steps);
     per_step = (lines + steps - 1) / steps;
