@@ -392,16 +392,17 @@ void accumulate_tile(const float* p, int group, const T* rows, std::ptrdiff_t st
 /// Decode's value half over an int8 tile (rows of codes, their scales after them: `layout`):
 /// acc[g][:] += sum_j p[g][j] scale_j(s) codes_j[:] per segment s of the row, the scale folded
 /// into the weights (`w`: scratch of group * kTile floats), so the codes are read as they are.
+/// Each segment's pass over the rows steps `next` (paced asks) as accumulate_tile's does.
 template <class Arch>
 void accumulate_int8_tile(const float* p, int group, const std::int8_t* rows, std::ptrdiff_t stride, int n, RowScales layout,
-                          float* w, float* acc) {
+                          float* w, float* acc, NextTile* next = nullptr) {
   for (int s = 0; s < layout.segments(); ++s) {
     const int first = s * layout.segment, width = std::min(layout.segment, layout.codes - first);
     for (int j = 0; j < n; ++j) {
       const float scale = segment_scale(rows + std::ptrdiff_t(j) * stride, layout, s);
       for (int g = 0; g < group; ++g) w[g * kTile + j] = p[g * kTile + j] * scale;
     }
-    accumulate_weights<Arch>(w, WeightIndex<false>{}, group, rows + first, stride, n, acc + first, width, layout.codes);
+    accumulate_weights<Arch>(w, WeightIndex<false>{}, group, rows + first, stride, n, acc + first, width, layout.codes, next);
   }
 }
 
