@@ -118,7 +118,7 @@ constexpr bool heads_adjacent() {
 /// Most runs of the store a decode tile gathers (the pages of Paged<P>): one tile then takes up
 /// to kTile rows of small pages, so that its fixed costs per head (the softmax step, the
 /// accumulators' loads and stores) are shared by as many rows as Hnd's. With a tile per page,
-/// Paged<16> took 1.5x (float) and 2x (int8) Hnd's time with the cache in L3 (MHA, Intel Xeon).
+/// Paged<16> took 1.5x (float) and 1.8x (int8) Hnd's time with the cache in L3 (MHA, Intel Xeon).
 inline constexpr int kTileRuns = 8;
 
 /// Rows [offset, offset + count) of a decode tile that lie in one run of the store.
