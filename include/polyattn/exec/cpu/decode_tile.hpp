@@ -83,6 +83,14 @@ inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows)
   }
 }
 
+/// Asks for the cache lines of `bytes` bytes from p; Write and Locality as __builtin_prefetch
+/// takes them (Locality 1: into L2, 3: into L1).
+template <int Write = 0, int Locality = 3>
+inline void ask_bytes(const void* p, std::ptrdiff_t bytes) {
+  const char* first = static_cast<const char*>(p);
+  for (std::ptrdiff_t b = 0; b < bytes; b += 64) __builtin_prefetch(first + b, Write, Locality);
+}
+
 /// The next tile's rows, asked for while this tile is worked on, so that its reads overlap this
 /// tile's arithmetic. Where the values are rows of their own (MHA, GQA, MQA), row j of this
 /// tile's score pass asks for the next tile's key row j whole (score_step), and for groups of 4
@@ -103,14 +111,6 @@ inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows)
 /// head's passes (pace(value_steps, heads)): asked whole while the first head was scored, the key
 /// rows of all heads came as one burst and the value rows not at all, and Nhd ran MHA and GQA at
 /// about half of Hnd's speed.
-/// Asks for the cache lines of `bytes` bytes from p; Write and Locality as __builtin_prefetch
-/// takes them (Locality 1: into L2, 3: into L1).
-template <int Write = 0, int Locality = 3>
-inline void ask_bytes(const void* p, std::ptrdiff_t bytes) {
-  const char* first = static_cast<const char*>(p);
-  for (std::ptrdiff_t b = 0; b < bytes; b += 64) __builtin_prefetch(first + b, Write, Locality);
-}
-
 struct NextTile {
   const char* first = nullptr;  // the next tile's first row (its first byte read)
   std::ptrdiff_t stride = 0;    // bytes between its rows
