@@ -82,26 +82,26 @@ TEST_CASE("the next tile's paced asks reach every line within the tile's steps")
   alignas(64) static char rows[10 * 2048];
   for (const int bytes : {130, 256, 1536})
     for (const int value_steps : {1, 6, 24}) {
-      polyattn::exec::cpu::NextTile next{rows, 2048, bytes, 10};
+      polyattn::exec::cpu::NextTile next{{rows, 2048, bytes}, {}, 10};
       next.pace(value_steps);
       INFO("bytes ", bytes, ", value steps per row ", value_steps);
       REQUIRE(next.per_step > 0);
       int steps = 0;
       for (int j = 0; j < next.count; ++j) {  // as attend_chunk: a score step per row, then the value steps
         next.score_step(j), ++steps;
-        if (j == 0) CHECK(next.row * bytes + next.offset >= 64);  // a score step asks for something
+        if (j == 0) CHECK(next.keys.row * bytes + next.keys.offset >= 64);  // a score step asks for something
       }
-      while (next.row < next.count && steps < next.count * (1 + value_steps)) next.value_step(), ++steps;
-      CHECK(next.row == next.count);
-      CHECK(next.offset == 0);
+      while (next.keys.row < next.count && steps < next.count * (1 + value_steps)) next.value_step(), ++steps;
+      CHECK(next.keys.row == next.count);
+      CHECK(next.keys.offset == 0);
     }
   // Adjacent heads with value rows of their own (Nhd MHA/GQA): the key rows, then the value rows,
   // over the steps of every head's passes.
   alignas(64) static char values[10 * 2048];
   for (const int heads : {2, 6})
     for (const int value_steps : {1, 2}) {
-      polyattn::exec::cpu::NextTile next{rows, 2048, heads * 256, 10};
-      next.value_first = values, next.value_stride = 2048, next.value_bytes = heads * 256 - 64;
+      polyattn::exec::cpu::NextTile next{{rows, 2048, heads * 256}, {}, 10};
+      next.values = {values, 2048, heads * 256 - 64};
       next.pace(value_steps, heads);
       INFO("heads ", heads, ", value steps per row ", value_steps);
       int steps = 0;
@@ -111,17 +111,17 @@ TEST_CASE("the next tile's paced asks reach every line within the tile's steps")
           for (int v = 0; v < value_steps; ++v) next.value_step(), ++steps;
         }
       CHECK(steps == heads * next.count * (1 + value_steps));
-      CHECK(next.row == next.count);
-      CHECK(next.value_row == next.count);
-      CHECK(next.value_offset == 0);
+      CHECK(next.keys.row == next.count);
+      CHECK(next.values.row == next.count);
+      CHECK(next.values.offset == 0);
     }
-  polyattn::exec::cpu::NextTile whole{rows, 2048, 1536, 10};
+  polyattn::exec::cpu::NextTile whole{{rows, 2048, 1536}, {}, 10};
   whole.pace(0);  // unpaced: row j whole as row j is scored, no cursor
   CHECK(whole.per_step == 0);
   whole.score_step(3);
   whole.value_step();
   whole.ask_rest();
-  CHECK(whole.row == 0);
+  CHECK(whole.keys.row == 0);
 }
 
 namespace {
@@ -134,11 +134,11 @@ void check_value_steps() {
     for (const int dim : {64, 72, 384}) {
       const int n = 5;
       std::vector<float> p(std::size_t(group) * kTile, 0.5f), rows(std::size_t(n) * dim, 1.0f), acc(std::size_t(group) * dim);
-      polyattn::exec::cpu::NextTile cursor{lines, 64, 64, int(sizeof lines / 64)};  // a line per row: row = lines asked
+      polyattn::exec::cpu::NextTile cursor{{lines, 64, 64}, {}, int(sizeof lines / 64)};  // a line per row: row = lines asked
       cursor.per_step = 1;
       polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, rows.data(), dim, n, acc.data(), dim, &cursor);
       INFO("group ", group, ", dim ", dim);
-      CHECK(cursor.row == n * polyattn::exec::cpu::value_steps_per_row<Arch>(group, dim));
+      CHECK(cursor.keys.row == n * polyattn::exec::cpu::value_steps_per_row<Arch>(group, dim));
     }
 }
 

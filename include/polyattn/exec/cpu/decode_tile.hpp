@@ -94,8 +94,7 @@ inline void ask_bytes(const void* p, std::ptrdiff_t bytes) {
 /// The next tile's rows, asked for while this tile is worked on, so that its reads overlap this
 /// tile's arithmetic. Where the values are rows of their own (MHA, GQA, MQA), row j of this
 /// tile's score pass asks for the next tile's key row j whole (score_step), and for groups of 4
-/// heads or more its value row j too. Where the values live in
-/// the key rows (SlimK2, XCache: the value pass is half or more of a tile's work), the lines are
+/// heads or more its value row j too. Where the values live in the key rows (SlimK2, XCache: the value pass is half or more of a tile's work), the lines are
 /// asked for in order, a few per step of both passes (pace(), score_step, value_step): asking for
 /// each row whole while scoring put all of the next tile's misses behind the score pass, and with
 /// XCache's score pass made faster (rows_per_block) its value pass then had no read in flight;
@@ -112,25 +111,43 @@ inline void ask_bytes(const void* p, std::ptrdiff_t bytes) {
 /// rows of all heads came as one burst and the value rows not at all, and Nhd ran MHA and GQA at
 /// about half of Hnd's speed.
 struct NextTile {
-  const char* first = nullptr;  // the next tile's first row (its first byte read)
-  std::ptrdiff_t stride = 0;    // bytes between its rows
-  int bytes = 0;                // bytes read per row
-  int count = 0;                // rows to ask for (0: nothing)
-  int per_step = 0;             // paced: lines per step of work; 0: row j whole as row j is scored
-  int row = 0, offset = 0;      // paced: the next line to ask for
-  // Value rows of their own (nullptr: none; see attend_chunk for which groups): unpaced, value
-  // row j is asked for with key row j; paced, after the last key row, in order.
-  const char* value_first = nullptr;
-  std::ptrdiff_t value_stride = 0;
-  int value_bytes = 0;
-  int value_row = 0, value_offset = 0;  // paced: the next value line to ask for
+  /// The lines of the next tile's rows (`count` of them) of one kind: `bytes` bytes of each row,
+  /// rows `stride` bytes apart from `first` (the first byte read); and the next line to ask for
+  /// when paced (row, offset).
+  struct Lines {
+    const char* first = nullptr;  // nullptr: none
+    std::ptrdiff_t stride = 0;
+    int bytes = 0;
+    int row = 0, offset = 0;
+
+    int per_row() const { return first ? (bytes + 63) / 64 : 0; }
+    /// Asks for row j whole.
+    void ask_row(int j) const {
+      if (first) ask_bytes<0, 1>(first + j * stride, bytes);
+    }
+    /// Asks for up to `lines` lines in order, up to the end of row count - 1; returns how many
+    /// were left unasked.
+    int ask(int lines, int count) {
+      if (!first) return lines;
+      for (; lines > 0 && row < count; --lines) {
+        __builtin_prefetch(first + row * stride + offset, 0, 1);
+        offset += 64;
+        if (offset >= bytes) offset = 0, ++row;
+      }
+      return lines;
+    }
+  };
+  Lines keys;        // the next tile's key rows (the part the tile reads)
+  Lines values;      // value rows of their own (first nullptr: none; see attend_chunk for which groups)
+  int count = 0;     // rows to ask for (0: nothing)
+  int per_step = 0;  // paced: lines per step of work; 0: row j whole as row j is scored
 
   /// Paces the asks (key rows, then value rows if any) over the heads * count * (1 + value_steps)
   /// steps of a tile (value_steps per scored row, for each of `heads` heads); value_steps 0: row
-  /// by row as the rows are scored.
+  /// by row as the rows are scored, value row j with key row j.
   void pace(int value_steps, int heads = 1) {
     if (value_steps == 0 || count == 0) return void(per_step = 0);
-    const int lines = count * ((bytes + 63) / 64 + (value_first ? (value_bytes + 63) / 64 : 0));
+    const int lines = count * (keys.per_row() + values.per_row());
     const int steps = heads * count * (1 + value_steps);
     per_step = (lines + steps - 1) / steps;
   }
@@ -138,8 +155,8 @@ struct NextTile {
   void score_step(int j) {
     if (per_step > 0) return ask_lines(per_step);
     if (j >= count) return;
-    ask_bytes<0, 1>(first + j * stride, bytes);
-    if (value_first) ask_bytes<0, 1>(value_first + j * value_stride, value_bytes);
+    keys.ask_row(j);
+    values.ask_row(j);
   }
   /// Whether the value pass asks for part of the next tile.
   bool paced() const { return per_step > 0; }
@@ -151,19 +168,7 @@ struct NextTile {
   }
 
  private:
-  void ask_lines(int lines) {
-    for (; lines > 0 && row < count; --lines) {
-      __builtin_prefetch(first + row * stride + offset, 0, 1);
-      offset += 64;
-      if (offset >= bytes) offset = 0, ++row;
-    }
-    if (!value_first) return;
-    for (; lines > 0 && value_row < count; --lines) {
-      __builtin_prefetch(value_first + value_row * value_stride + value_offset, 0, 1);
-      value_offset += 64;
-      if (value_offset >= value_bytes) value_offset = 0, ++value_row;
-    }
-  }
+  void ask_lines(int lines) { values.ask(keys.ask(lines, count), count); }
 };
 
 /// Where a tile's key rows are and how the group reads them.

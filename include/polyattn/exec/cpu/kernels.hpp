@@ -218,14 +218,14 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       const int from = t + n + runs[i].offset;
       if (from >= end) return next;
       const auto rest = store.run(spec.key_tensor, seq, from, first_head + h);
-      next = {reinterpret_cast<const char*>(rest.data + read_begin), rest.stride * std::ptrdiff_t(sizeof(T)),
-              (ask_end - read_begin) * int(sizeof(T)), std::min({runs[i].count, rest.count, end - from})};
+      next.keys = {reinterpret_cast<const char*>(rest.data + read_begin), rest.stride * std::ptrdiff_t(sizeof(T)),
+                   (ask_end - read_begin) * int(sizeof(T))};
+      next.count = std::min({runs[i].count, rest.count, end - from});
       if (values_too) {  // value rows: the group's (MQA), every head's, first to last (Nhd), or this head's (new runs)
         const auto values = store.run(spec.value_tensor, seq, from, first_head + h);
         const int value_last = value_end + (pace_heads ? value_heads_span : 0);
-        next.value_first = reinterpret_cast<const char*>(values.data + value_begin);
-        next.value_stride = values.stride * std::ptrdiff_t(sizeof(T));
-        next.value_bytes = (value_last - value_begin) * int(sizeof(T));
+        next.values = {reinterpret_cast<const char*>(values.data + value_begin), values.stride * std::ptrdiff_t(sizeof(T)),
+                       (value_last - value_begin) * int(sizeof(T))};
         next.count = std::min(next.count, values.count);
       }
       return next;
