@@ -170,9 +170,14 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
   // not cover. So asked, int8 ran 1.05-1.19x faster in two A/Bs, f16 1.06-1.15x in one and within
   // the noise in the other, f32 within the noise (AMD EPYC Zen 4, Hnd, L 65536, batch 16, three
   // alternated rounds each, best of 8). With MHA's and GQA<2>'s shorter tiles the extra asks ran
-  // slower (1.1x on MHA f32), so they are left as they were. The part of a value row read: its
-  // values (an int8 row: codes and scales, the whole stored row).
-  const bool ask_values = separate_values && G >= 4;
+  // slower (1.1x on MHA f32), so they are left as they were. 16-bit and int8 rows are asked for
+  // for every group: perf put most of MHA f16's value pass on the first loads of each value row,
+  // and so asked MHA and GQA<2> ran 1.07-1.16x faster in median, half, bfloat16 and int8, f32
+  // 1.01-1.03x slower (Intel Xeon, Hnd, L 65536, batch 16, 21 calls each alternated in one
+  // process, the same outputs); in three alternated benchmark rounds MHA half and bfloat16 1.2x,
+  // GQA<2> 1.09-1.16x, MHA int8 within the noise. The part of a value row read: its values (an
+  // int8 row: codes and scales, the whole stored row).
+  const bool ask_values = separate_values && (G >= 4 || sizeof(T) < sizeof(float));
   // Adjacent heads (Nhd) with value rows of their own (MHA, GQA): every head's part of the next
   // tile's key and value rows, paced over all heads' passes (NextTile). Measured (AMD EPYC Zen 4,
   // L 65536, batch 16, three alternated rounds, best of 5) against asking the key rows whole in
