@@ -19,14 +19,10 @@
 
 #include <polyattn/cache/zeroed_buffer.hpp>
 #include <polyattn/core/thread_pool.hpp>
-#include <polyattn/exec/cpu/load_floats.hpp>
 
 #include "support/roofline.hpp"
 
 namespace {
-
-using Arch = xsimd::default_arch;
-using B = xsimd::batch<float, Arch>;
 
 /// The buffer every case reads, written once so that every page is mapped.
 const polyattn::detail::ZeroedBuffer<std::uint8_t>& stream_buffer() {
@@ -36,26 +32,6 @@ const polyattn::detail::ZeroedBuffer<std::uint8_t>& stream_buffer() {
     return b;
   }();
   return buffer;
-}
-
-/// Sums `bytes` bytes of T from p, 4 vectors a step into 4 independent sums; asks for the line
-/// `distance` bytes ahead of each line read when its index is a multiple of `every`.
-template <class T>
-float sum_stream(const std::uint8_t* p, std::size_t bytes, std::size_t distance, std::size_t every) {
-  constexpr std::size_t step = 4 * B::size * sizeof(T);  // bytes per loop step
-  B a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f);
-  const T* x = reinterpret_cast<const T*>(p);
-  for (std::size_t i = 0; i + step <= bytes; i += step) {
-    if (distance > 0)
-      for (std::size_t line = i; line < i + step; line += 64)
-        if ((line / 64) % every == 0) __builtin_prefetch(p + line + distance, 0, 1);
-    const T* s = x + i / sizeof(T);
-    a0 += polyattn::exec::cpu::load_floats<Arch>(s);
-    a1 += polyattn::exec::cpu::load_floats<Arch>(s + B::size);
-    a2 += polyattn::exec::cpu::load_floats<Arch>(s + 2 * B::size);
-    a3 += polyattn::exec::cpu::load_floats<Arch>(s + 3 * B::size);
-  }
-  return xsimd::hadd(a0 + a1 + a2 + a3);
 }
 
 template <class T>
@@ -70,7 +46,8 @@ void BM_ReadStream(benchmark::State& state) {
     pool.parallel_for(threads, [&](int t) {
       // the last part stops `distance` short, so that no ask passes the buffer's end
       const std::size_t bytes = per_part - (t == threads - 1 ? distance : 0);
-      sums[std::size_t(t)] = sum_stream<T>(buffer.data() + std::size_t(t) * per_part, bytes, distance, every);
+      const T* part = reinterpret_cast<const T*>(buffer.data() + std::size_t(t) * per_part);
+      sums[std::size_t(t)] = polyattn::bench::stream_sum(part, bytes / sizeof(T), distance, every);
     });
     benchmark::DoNotOptimize(sums.data());
   }

@@ -11,23 +11,33 @@
 
 #include <polyattn/cache/zeroed_buffer.hpp>
 #include <polyattn/core/thread_pool.hpp>
+#include <polyattn/exec/cpu/load_floats.hpp>
 
 namespace polyattn::bench {
 
-/// Sums `n` floats with independent accumulators, so the loop is limited by loads, not adds.
-inline float stream_sum(const float* data, std::size_t n) {
-  using B = xsimd::batch<float>;
+/// Sums `n` elements of T from `data`, converted to fp32 as the decode kernels load them
+/// (load_floats), into independent sums, so that the loop is limited by loads, not adds. With
+/// `ask_distance` > 0 it also asks (prefetcht2, as the kernels ask) for the line that many bytes
+/// ahead of each line it reads whose index is a multiple of `ask_every` (bench_read_streams).
+template <class T = float>
+float stream_sum(const T* data, std::size_t n, std::size_t ask_distance = 0, std::size_t ask_every = 1) {
+  using Arch = xsimd::default_arch;
+  using B = xsimd::batch<float, Arch>;
   constexpr std::size_t W = B::size;
+  const char* bytes = reinterpret_cast<const char*>(data);
   B a0(0.f), a1(0.f), a2(0.f), a3(0.f);
   std::size_t i = 0;
   for (; i + 4 * W <= n; i += 4 * W) {
-    a0 += B::load_unaligned(data + i);
-    a1 += B::load_unaligned(data + i + W);
-    a2 += B::load_unaligned(data + i + 2 * W);
-    a3 += B::load_unaligned(data + i + 3 * W);
+    if (ask_distance > 0)
+      for (std::size_t line = i * sizeof(T); line < (i + 4 * W) * sizeof(T); line += 64)
+        if ((line / 64) % ask_every == 0) __builtin_prefetch(bytes + line + ask_distance, 0, 1);
+    a0 += exec::cpu::load_floats<Arch>(data + i);
+    a1 += exec::cpu::load_floats<Arch>(data + i + W);
+    a2 += exec::cpu::load_floats<Arch>(data + i + 2 * W);
+    a3 += exec::cpu::load_floats<Arch>(data + i + 3 * W);
   }
   float s = xsimd::hadd(a0 + a1 + a2 + a3);
-  for (; i < n; ++i) s += data[i];
+  for (; i < n; ++i) s += exec::cpu::element_value(data[i]);
   return s;
 }
 
