@@ -141,8 +141,8 @@ struct SlimK : VariantBase {
   static void finish_outputs(AttentionShape s, const Params& p, const RowMatrixXf& attended, MatrixRef out) {
     const int e = s.query_width(), dh = s.head_dim;
     for (int i = 0; i < s.n_heads; ++i)
-      out.middleCols(std::ptrdiff_t(i) * dh, dh).noalias() =
-          attended.middleCols(std::ptrdiff_t(i) * e, e) * p.w_kv.middleCols(std::ptrdiff_t(i) * dh, dh);
+      multiply_rows(out.middleCols(std::ptrdiff_t(i) * dh, dh), attended.middleCols(std::ptrdiff_t(i) * e, e),
+                    p.w_kv.middleCols(std::ptrdiff_t(i) * dh, dh));
   }
 
   // Option 1 derives V; RoPE derives rotated keys.

@@ -108,20 +108,21 @@ struct XCache : VariantBase {
       queries.rowwise() += p.c_qk;
       return;
     }
-    RowMatrixXf q = x * p.w_q;
+    RowMatrixXf q(x.rows(), p.w_q.cols());
+    multiply_rows(q, x, p.w_q);
     q.rowwise() += p.b_q;
     queries.resize(x.rows(), std::ptrdiff_t(s.n_heads) * d);
     for (int i = 0; i < s.n_heads; ++i)
-      queries.middleCols(std::ptrdiff_t(i) * d, d).noalias() =
-          q.middleCols(std::ptrdiff_t(i) * dh, dh) * p.w_k.middleCols(std::ptrdiff_t(i) * dh, dh).transpose();
+      multiply_rows(queries.middleCols(std::ptrdiff_t(i) * d, d), q.middleCols(std::ptrdiff_t(i) * dh, dh),
+                    p.w_k.middleCols(std::ptrdiff_t(i) * dh, dh).transpose());
   }
 
   /// attended (B, n_heads * d) = p_i X per head -> out (B, e) = (p_i X) W_v,i + b_v,i.
   static void finish_outputs(AttentionShape s, const Params& p, const RowMatrixXf& attended, MatrixRef out) {
     const int d = s.input_width(), dh = s.head_dim;
     for (int i = 0; i < s.n_heads; ++i)
-      out.middleCols(std::ptrdiff_t(i) * dh, dh).noalias() =
-          attended.middleCols(std::ptrdiff_t(i) * d, d) * p.w_v.middleCols(std::ptrdiff_t(i) * dh, dh);
+      multiply_rows(out.middleCols(std::ptrdiff_t(i) * dh, dh), attended.middleCols(std::ptrdiff_t(i) * d, d),
+                    p.w_v.middleCols(std::ptrdiff_t(i) * dh, dh));
     out.rowwise() += p.b_v;
   }
 };
