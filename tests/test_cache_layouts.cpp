@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <set>
 #include <vector>
 
@@ -138,6 +139,24 @@ TEST_CASE("paged pool: chunk size and limit are the caller's, and the limit is a
   CHECK(store.length(b) == 12);
   CHECK(store.committed_pages() == 7);
   CHECK_THROWS_AS((CacheStore<Paged<4>, float>(specs, {.max_sequences = 1, .capacity = 8, .pool_chunk_pages = -1})), ShapeError);
+}
+
+TEST_CASE_TEMPLATE("every layout's rows start on a cache line where their stride is whole lines", Layout, Nhd, Hnd, Paged<16>) {
+  // A buffer malloc maps (1 MiB: 16 bytes past a page) and one from its heap (16-byte
+  // alignment): rows of 64 floats are 4 lines, so each must start on a line (cache_line.hpp).
+  // (Not larger: glibc raises its mapping threshold to the size of a mapped block it frees, up
+  // to 32 MiB, and the huge-pages case below needs its 16 MiB buffers mapped afresh.)
+  for (const int capacity : {16, 1 << 10}) {
+    const std::vector<TensorSpec> specs{TensorSpec{2, 64}};
+    CacheStore<Layout, float> store(specs, {.max_sequences = 2, .capacity = capacity});
+    store.open(), store.open();
+    store.grow(1, capacity);
+    for (const int token : {0, 1, capacity - 1})
+      for (int head = 0; head < 2; ++head) {
+        INFO("capacity ", capacity, " token ", token, " head ", head);
+        CHECK(reinterpret_cast<std::uintptr_t>(store.row(0, 1, token, head)) % detail::kCacheLineBytes == 0);
+      }
+  }
 }
 
 TEST_CASE("poisoned contiguous capacity is NaN until written") {

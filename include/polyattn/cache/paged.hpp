@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "polyattn/cache/buffer_size.hpp"
+#include "polyattn/cache/cache_line.hpp"
 #include "polyattn/cache/huge_pages.hpp"
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/cache/sequence_table.hpp"
@@ -283,7 +284,7 @@ class CacheStore<Paged<PageSize>, T> {
   int committed_pages_ = 0;  // pages [0, committed_pages_) are backed by pool_
   std::vector<TensorSpec> specs_;
   std::vector<TensorStrides> strides_;          // per tensor: Paged::strides(spec, PageSize)
-  std::vector<std::vector<T>> pool_;            // per tensor: (page, head, token in page, dim); capacity for n_pages_
+  std::vector<std::vector<T, detail::CacheLineAllocator<T>>> pool_;  // per tensor: (page, head, token in page, dim); capacity for n_pages_
   std::vector<std::vector<int>> page_table_;    // per sequence: pages in token order
   std::vector<int> free_pages_;                 // committed pages no sequence holds
   std::vector<int> references_;                 // per page: sequences holding it

@@ -5,15 +5,18 @@
 // element and commits it all.) Only for element types whose all-zero bytes are the value zero:
 // float, double, Eigen::half, Eigen::bfloat16 and int8 (codes 0, scales 0.0f).
 // With huge_pages the OS is asked for 2 MiB pages (huge_pages.hpp): memory is then committed 2 MiB
-// at a time as rows are written.
+// at a time as rows are written. The elements start on a cache line (cache_line.hpp): calloc's
+// block is one line longer, and the elements start at its first line boundary.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <new>
 #include <type_traits>
 
+#include "polyattn/cache/cache_line.hpp"
 #include "polyattn/cache/huge_pages.hpp"
 
 namespace polyattn::detail {
@@ -25,10 +28,15 @@ class ZeroedBuffer {
  public:
   ZeroedBuffer() = default;
   /// n elements of value zero; std::bad_alloc when the allocator refuses.
-  explicit ZeroedBuffer(std::size_t n, bool huge_pages = false)
-      : data_(n == 0 ? nullptr : static_cast<T*>(std::calloc(n, sizeof(T)))), size_(n) {
-    if (n > 0 && !data_) throw std::bad_alloc();
-    if (huge_pages && n > 0) advise_huge_pages(data_.get(), n * sizeof(T));
+  explicit ZeroedBuffer(std::size_t n, bool huge_pages = false) : size_(n) {
+    if (n == 0) return;
+    if (n > (std::size_t(-1) - kCacheLineBytes) / sizeof(T)) throw std::bad_alloc();
+    void* block = std::calloc(n * sizeof(T) + kCacheLineBytes, 1);
+    if (!block) throw std::bad_alloc();
+    const auto address = reinterpret_cast<std::uintptr_t>(block);
+    const std::size_t offset = (kCacheLineBytes - address % kCacheLineBytes) % kCacheLineBytes;
+    data_ = std::unique_ptr<T, Free>(reinterpret_cast<T*>(static_cast<std::byte*>(block) + offset), Free{offset});
+    if (huge_pages) advise_huge_pages(data_.get(), n * sizeof(T));
   }
 
   T* data() { return data_.get(); }
@@ -37,7 +45,8 @@ class ZeroedBuffer {
 
  private:
   struct Free {
-    void operator()(T* p) const { std::free(p); }
+    std::size_t offset = 0;  // from calloc's block to the first element
+    void operator()(T* p) const { std::free(reinterpret_cast<std::byte*>(p) - offset); }
   };
   std::unique_ptr<T, Free> data_;
   std::size_t size_ = 0;
