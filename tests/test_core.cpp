@@ -1,4 +1,4 @@
-// Core pieces: the online-softmax merge and the thread pool.
+// Core pieces: the online-softmax merge, the thread pool and multiply_rows.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -16,8 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include <polyattn/core/matrix.hpp>
 #include <polyattn/core/online_softmax.hpp>
 #include <polyattn/core/thread_pool.hpp>
+
+#include "support/dense_oracle.hpp"
 
 using namespace polyattn;
 
@@ -99,6 +103,27 @@ TEST_CASE("merging softmax chunks in any split equals one pass") {
   merge_softmax(a, acc_a, empty, acc_e, 1);
   CHECK(a.sum == 2.0);
   CHECK(acc_a[0] == 5.0);
+}
+
+TEST_CASE("multiply_rows is the product for any row count, row by row or not, into a block, with a transposed factor") {
+  std::mt19937 rng(11);
+  const RowMatrixXf w = testing::random_matrix(40, 24, rng), w_t = testing::random_matrix(24, 40, rng);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int rows = 0; rows <= 2 * int(kRowByRowRows) + 1; ++rows) {
+    const RowMatrixXf x = testing::random_matrix(rows, 40, rng);
+    RowMatrixXf out = RowMatrixXf::Constant(rows, 30, nan), out_t = RowMatrixXf::Constant(rows, 24, nan);
+    multiply_rows(out.middleCols(3, 24), x, w);
+    multiply_rows(out_t, x, w_t.transpose());
+    // Each entry is a 40-term fp32 dot product: |error| <= 40 eps sum_k |x_k| |w_k| (a first-order bound).
+    const Eigen::MatrixXd exact = x.cast<double>() * w.cast<double>(), bound = 40 * 0x1p-24 * (x.cast<double>().cwiseAbs() * w.cast<double>().cwiseAbs());
+    const Eigen::MatrixXd exact_t = x.cast<double>() * w_t.transpose().cast<double>(),
+                          bound_t = 40 * 0x1p-24 * (x.cast<double>().cwiseAbs() * w_t.transpose().cast<double>().cwiseAbs());
+    INFO("rows ", rows);
+    CHECK(((out.middleCols(3, 24).cast<double>() - exact).cwiseAbs().array() <= bound.array()).all());
+    CHECK(((out_t.cast<double>() - exact_t).cwiseAbs().array() <= bound_t.array()).all());
+    CHECK(out.leftCols(3).array().isNaN().all());  // the columns outside the block are not written
+    CHECK(out.rightCols(3).array().isNaN().all());
+  }
 }
 
 TEST_CASE("the thread pool runs every task once and propagates exceptions") {
