@@ -2,9 +2,10 @@
 """Turns Google Benchmark JSON from bench_read_streams into Markdown: GB/s read per element type
 and thread count (columns) for each way of asking for lines ahead (rows), with the run's CPU and
 read probe. Usage: read_streams_table.py run.json. With repetitions, each case's median."""
-import json
 import re
 import sys
+
+from benchmark_runs import case_results
 
 NAME = re.compile(r"BM_ReadStream<(?:Eigen::|std::)?(\w+)>/threads:(\d+)/ask_distance:(\d+)/ask_every:(\d+)")
 ORDINAL = {"2": "2nd", "3": "3rd"}
@@ -18,13 +19,9 @@ def asks(distance, every):
 
 
 def main(path):
-    data = json.load(open(path))
-    context = data["context"]
+    context, results = case_results(path, NAME)
     rows, columns = {}, []
-    for run in data["benchmarks"]:
-        if run.get("run_type") == "aggregate" and run.get("aggregate_name") != "median":
-            continue
-        element, threads, distance, every = NAME.search(run["name"]).groups()
+    for (element, threads, distance, every), run in results:
         column = f"{element} {threads}T"
         if column not in columns:
             columns.append(column)

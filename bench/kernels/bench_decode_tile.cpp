@@ -1,0 +1,149 @@
+// A decode tile's two passes on one thread, without the executor around them: score_tile and
+// accumulate_tile (exec/cpu/decode_tile.hpp) over every tile of a buffer that stays in L1, in
+// L2, or in DRAM, for the group shapes of bench_decode_variants (6 heads of 64, d = 384). It
+// says how far each pass is from one core's multiply-add peak when its rows are near, and what
+// the next tile's asks (NextTile, as attend_chunk sets them) win when they are not. No time is
+// asserted; compare the cases of one run.
+//
+//   bench_decode_tile --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+//
+// Cases: BM_DecodeTile<Shape, T>/resident_KiB:R/pass:P (R rounded down to whole tiles, one at
+// least), P 0: score pass, 1: value pass, 2: both, with the asks for the next tile. Counters: ns_per_row; of_fma_peak, the shape's multiply-adds
+// per row (score G x key_dim, value G x value_dim) over one thread's FMA probe; GB_per_s of rows
+// read (key and value rows; once where the values live in the key rows).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include <polyattn/cache/zeroed_buffer.hpp>
+#include <polyattn/exec/cpu/decode_tile.hpp>
+
+#include "support/roofline.hpp"
+
+namespace {
+
+using polyattn::exec::cpu::kTile;
+using Arch = xsimd::default_arch;
+
+/// A group of query heads and the cache rows it reads (attend_chunk's AttendSpec, in short).
+struct TileShape {
+  int group;               // query heads reading one row
+  int key_dim;             // per head
+  int group_stride;        // 0: the group shares the key; else head g's slice at g * group_stride (SlimK2)
+  int row;                 // elements per cached row
+  int value_dim;           // per head
+  bool values_in_key_rows; // SlimK2, XCache: the value pass reads the key rows again
+};
+
+struct Mha {
+  static constexpr TileShape shape{1, 64, 0, 64, 64, false};
+};
+struct Mqa {
+  static constexpr TileShape shape{6, 64, 0, 64, 64, false};
+};
+struct SlimK2 {
+  static constexpr TileShape shape{6, 64, 64, 384, 384, true};
+};
+struct XCache {
+  static constexpr TileShape shape{6, 384, 0, 384, 384, true};
+};
+
+/// One core's multiply-adds per second (the FMA probe on 1 thread), measured once.
+double one_core_fma_rate() {
+  static const double rate = polyattn::bench::measure_fma_throughput(1);
+  return rate;
+}
+
+/// The rows every case reads, written once (small values: no denormals, no infinities).
+template <class T>
+const polyattn::detail::ZeroedBuffer<T>& row_buffer(std::size_t elements) {
+  static const auto buffer = [elements] {
+    polyattn::detail::ZeroedBuffer<T> b(elements, /*huge_pages=*/true);
+    for (std::size_t i = 0; i < b.size(); ++i) b.data()[i] = T(float(int(i % 61) - 30) * 0.01f);
+    return b;
+  }();
+  return buffer;
+}
+
+template <class Shape, class T>
+void BM_DecodeTile(benchmark::State& state) {
+  constexpr TileShape s = Shape::shape;
+  const std::size_t resident = std::size_t(state.range(0)) * 1024;
+  const int pass = int(state.range(1));
+  const std::size_t row_bytes = std::size_t(s.row) * sizeof(T) * (s.values_in_key_rows ? 1 : 2);
+  const int tiles = int(std::max<std::size_t>(1, resident / (row_bytes * kTile)));
+  // Key rows of tile t at t * kTile rows; value rows of their own after all key rows.
+  const std::size_t key_elements = std::size_t(tiles) * kTile * std::size_t(s.row);
+  const auto& buffer = row_buffer<T>((std::size_t(1) << 30) / sizeof(T));  // 1 GiB, shared by every case of T
+  const T* keys = buffer.data();
+  const T* values = s.values_in_key_rows ? keys : keys + key_elements;
+  const std::vector<float> queries(std::size_t(s.group) * std::size_t(s.key_dim), 0.01f);
+  std::vector<float> scores(std::size_t(s.group) * kTile + 64, 0.0f), acc(std::size_t(s.group) * std::size_t(s.value_dim), 0.0f);
+  for (auto _ : state) {
+    for (int t = 0; t < tiles; ++t) {
+      const std::ptrdiff_t first = std::ptrdiff_t(t) * kTile * s.row;
+      polyattn::exec::cpu::NextTile next;
+      if (pass == 2 && t + 1 < tiles) {  // the next tile's rows, asked for as attend_chunk asks (Hnd)
+        const std::ptrdiff_t stride = std::ptrdiff_t(s.row) * std::ptrdiff_t(sizeof(T));
+        next.keys = {reinterpret_cast<const char*>(keys + first + std::ptrdiff_t(kTile) * s.row), stride, s.row * int(sizeof(T))};
+        if (!s.values_in_key_rows && (s.group >= 4 || sizeof(T) < sizeof(float)))
+          next.values = {reinterpret_cast<const char*>(values + first + std::ptrdiff_t(kTile) * s.row), stride, s.row * int(sizeof(T))};
+        next.count = kTile;
+        next.pace(s.values_in_key_rows ? polyattn::exec::cpu::value_steps_per_row<Arch>(s.group, s.value_dim) : 0);
+      }
+      polyattn::exec::cpu::NextTile* asks = next.count ? &next : nullptr;
+      if (pass != 1) {
+        const polyattn::exec::cpu::KeyTile<T> tile{keys + first, s.row, s.group_stride, s.key_dim, kTile, asks};
+        polyattn::exec::cpu::score_tile<Arch>(queries.data(), s.group, tile, scores.data());
+      }
+      if (pass != 0)
+        polyattn::exec::cpu::accumulate_tile<Arch>(scores.data(), s.group, values + first, s.row, kTile, acc.data(),
+                                                   s.value_dim, next.paced() ? asks : nullptr);
+      next.ask_rest();
+    }
+    benchmark::DoNotOptimize(acc.data());
+    benchmark::ClobberMemory();
+  }
+  const double rows = double(tiles) * kTile;
+  const double macs = double(s.group) * ((pass != 1 ? s.key_dim : 0) + (pass != 0 ? s.value_dim : 0));
+  const double bytes = double(s.row) * double(sizeof(T)) * (s.values_in_key_rows ? 1.0 : double((pass != 1) + (pass != 0)));
+  using benchmark::Counter;
+  state.counters["ns_per_row"] = Counter(rows * 1e-9, Counter::kIsIterationInvariantRate | Counter::kInvert);
+  state.counters["of_fma_peak"] = Counter(rows * macs / one_core_fma_rate(), Counter::kIsIterationInvariantRate);
+  state.counters["GB_per_s"] = Counter(rows * bytes * 1e-9, Counter::kIsIterationInvariantRate);
+}
+
+/// {32 KiB (one tile at least: L1, or L2 for XCache's and SlimK2's 96 KiB of float rows), 1 MiB: L2,
+/// 1 GiB: DRAM} x {score, value, both with asks}
+void TileCases(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"resident_KiB", "pass"});
+  for (const int kib : {32, 1024, 1 << 20})
+    for (const int pass : {0, 1, 2}) b->Args({kib, pass});
+  b->MinTime(0.2)->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace
+
+BENCHMARK(BM_DecodeTile<Mha, float>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<Mha, Eigen::half>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<Mqa, float>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<Mqa, Eigen::half>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<SlimK2, float>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<SlimK2, Eigen::half>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<XCache, float>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<XCache, Eigen::half>)->Apply(TileCases);
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("cpu_model", polyattn::bench::cpu_model_name());
+  benchmark::AddCustomContext("one_core_fma_probe_GFMA_per_s", std::to_string(one_core_fma_rate() * 1e-9));
+  benchmark::AddCustomContext("one_core_read_probe_GB_per_s",
+                              std::to_string(polyattn::bench::measure_read_bandwidth(std::size_t(2) << 30, 1) * 1e-9));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
