@@ -284,7 +284,8 @@ class CacheStore<Paged<PageSize>, T> {
   int committed_pages_ = 0;  // pages [0, committed_pages_) are backed by pool_
   std::vector<TensorSpec> specs_;
   std::vector<TensorStrides> strides_;          // per tensor: Paged::strides(spec, PageSize)
-  std::vector<std::vector<T, detail::CacheLineAllocator<T>>> pool_;  // per tensor: (page, head, token in page, dim); capacity for n_pages_
+  // per tensor: (page, head, token in page, dim), from a cache line; capacity for n_pages_
+  std::vector<std::vector<T, detail::CacheLineAllocator<T>>> pool_;
   std::vector<std::vector<int>> page_table_;    // per sequence: pages in token order
   std::vector<int> free_pages_;                 // committed pages no sequence holds
   std::vector<int> references_;                 // per page: sequences holding it

@@ -20,12 +20,12 @@ inline constexpr Eigen::Index kRowByRowRows = 4;
 /// dst = lhs * rhs, dst aliasing neither. A decode step multiplies a few query rows by
 /// projections; Eigen's matrix-matrix product packs the whole of rhs on every call, and for
 /// XCache's per-head projections (d = 384, 6 heads, f32) that packing cost more than the
-/// products: one attend at L 64 took 0.03-0.05 ms at 1 row (a matrix-vector product already) and
-/// 0.18-0.38 ms at 2 to 4. Row by row (nothing packed; each row reads the weights again), in two
-/// alternated rounds on an Intel Xeon: XCache 0.12 ms at 2 rows, 0.10-0.15 at 3, 0.14-0.20 at 4
-/// (1.2-3x faster); SlimK2, whose output projection alone goes through here, 0.05 against 0.06-0.09 at 2 and 3 rows and the
-/// same at 4; from 5 rows the two were within the noise or row by row slower, so the matrix
-/// product is kept there.
+/// products: one attend at L 64 took 0.03-0.05 ms at 1 row (a matrix-vector product already)
+/// and 0.18-0.38 ms at 2 to 4. Row by row (nothing packed; each row reads the weights again), in
+/// two alternated rounds on an Intel Xeon: XCache 0.12 ms at 2 rows, 0.10-0.15 at 3, 0.14-0.20
+/// at 4 (1.2-3x faster); SlimK2, whose output projection alone goes through here, 0.05 against
+/// 0.06-0.09 at 2 and 3 rows and the same at 4. From 5 rows the two were within the noise or row
+/// by row slower, so the matrix product is kept there.
 template <class Dst, class Lhs, class Rhs>
 void multiply_rows(Dst&& dst, const Lhs& lhs, const Rhs& rhs) {
   if (lhs.rows() <= kRowByRowRows)
