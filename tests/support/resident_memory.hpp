@@ -17,6 +17,15 @@ inline long long resident_bytes() {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
+/// Why resident memory cannot be measured in this process, or nullptr where it can.
+inline const char* resident_memory_unmeasurable() {
+#if defined(__SANITIZE_ADDRESS__)
+  return "resident memory under AddressSanitizer is the sanitizer's";
+#else
+  return resident_bytes() < 0 ? "no /proc/self/statm to read resident memory from" : nullptr;
+#endif
+}
+
 /// Bytes of this process's anonymous memory mapped as transparent huge pages (Linux
 /// /proc/self/smaps_rollup, AnonHugePages), or -1 where it cannot be read.
 inline long long huge_page_bytes() {
