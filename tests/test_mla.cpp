@@ -13,6 +13,7 @@
 #include "support/latent_oracle.hpp"
 #include "support/layout_element.hpp"
 #include "support/latent_scenarios.hpp"
+#include "support/zero_row_calls.hpp"
 
 using namespace polyattn;
 using namespace polyattn::testing;
@@ -124,4 +125,15 @@ TEST_CASE("Mla::expand is the non-absorbed key/value layout, and a scale overrid
     else
       run(std::type_identity<MlaRope>{});
   }
+}
+
+TEST_CASE_TEMPLATE("Mla: calls with zero rows change nothing", E, exec::Reference, exec::CpuSimd) {
+  using V = MlaKeep;
+  const AttentionShape s = test_shape<V>();
+  std::mt19937 rng(78);
+  Attention<V, Hnd, E> attn(s, {.max_sequences = 2, .capacity = 8, .poison_unused = true}, random_mla_params<V>(s, rng, true), 2);
+  const int kw = V::key_part_width(s);
+  const RowMatrixXf q = random_matrix(3, V::query_width(s), rng), lat = random_matrix(3, V::rank, rng), part = random_matrix(3, kw, rng);
+  const RowMatrixXf no_q(0, q.cols()), no_lat(0, V::rank), no_part(0, kw);
+  check_zero_row_calls(attn, q, {lat, part}, no_q, {no_lat, no_part});
 }

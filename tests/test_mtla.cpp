@@ -14,6 +14,7 @@
 #include "support/latent_oracle.hpp"
 #include "support/layout_element.hpp"
 #include "support/latent_scenarios.hpp"
+#include "support/zero_row_calls.hpp"
 
 using namespace polyattn;
 using namespace polyattn::testing;
@@ -281,4 +282,14 @@ TEST_CASE_TEMPLATE("Mtla: CpuSimd equals Reference, and a full-mask prefill sees
     INFO("query ", i);
     CHECK(max_abs_diff(out2.row(i), RowMatrixXd(parallel.bottomRows(1))) <= 1e-5);
   }
+}
+
+TEST_CASE_TEMPLATE("Mtla: calls with zero rows change nothing", E, exec::Reference, exec::CpuSimd) {
+  using V = MtlaS<3>;
+  std::mt19937 rng(13);
+  Attention<V, Hnd, E> attn(kShape, {.max_sequences = 2, .capacity = 8, .poison_unused = true}, random_mtla_params<V>(kShape, rng), 2);
+  const RowMatrixXf q = random_matrix(4, V::query_width(kShape), rng), lat = random_matrix(4, V::rank, rng);
+  const RowMatrixXf kr = random_matrix(4, V::rope_dim, rng);
+  const RowMatrixXf no_q(0, q.cols()), no_lat(0, V::rank), no_kr(0, V::rope_dim);
+  check_zero_row_calls(attn, q, {lat, kr}, no_q, {no_lat, no_kr});
 }

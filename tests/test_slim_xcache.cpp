@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 #include <tuple>
+#include <type_traits>
 
 #include <polyattn/convert/x_cache.hpp>
 #include <polyattn/polyattn.hpp>
@@ -15,6 +16,7 @@
 
 #include "support/dense_oracle.hpp"
 #include "support/mha_layer.hpp"
+#include "support/zero_row_calls.hpp"
 
 using namespace polyattn;
 using namespace polyattn::testing;
@@ -159,4 +161,23 @@ TEST_CASE("cache sizes per token: slim is half of MHA, the X-cache is d") {
   static_assert(Attention<SlimK2, Nhd, exec::CpuSimd>::cache_bytes_per_token({6, 64, 384}) == 384 * 4);
   static_assert(Attention<XCache, Nhd, exec::CpuSimd>::cache_bytes_per_token({16, 128, 1024}) == 1024 * 4);  // T5-11B-like: 32x
   CHECK(XCache::cache_elements_per_token({128, 128, 1024}) * 32 == Mha::cache_elements_per_token({128, 128, 1024}));
+}
+
+TEST_CASE("SlimK and XCache: calls with zero rows change nothing, on every host executor") {
+  std::mt19937 rng(11);
+  const LayerModel m = make_model({6, 16}, 1e2, rng);
+  const auto check = [&]<class V, class E>() {
+    Attention<V, Hnd, E> attn(m.shape, script_cache(), params_for<V>(m), 2);
+    const int row_width = std::is_same_v<V, XCache> ? m.shape.input_width() : m.shape.query_width();
+    const RowMatrixXf q = random_matrix(3, V::query_width(m.shape), rng), r = random_matrix(3, row_width, rng);
+    const RowMatrixXf no_q(0, q.cols()), no_r(0, row_width);
+    INFO(attn.name());
+    check_zero_row_calls(attn, q, typename V::Rows{r}, no_q, typename V::Rows{no_r});
+  };
+  check.operator()<SlimK1, exec::Reference>();
+  check.operator()<SlimK1, exec::CpuSimd>();
+  check.operator()<SlimK2, exec::Reference>();
+  check.operator()<SlimK2, exec::CpuSimd>();
+  check.operator()<XCache, exec::Reference>();
+  check.operator()<XCache, exec::CpuSimd>();
 }

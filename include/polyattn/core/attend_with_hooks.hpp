@@ -33,6 +33,9 @@ template <class Variant, KeyMask KeyMaskT = PrefixMask, class Store, class Execu
 void attend_with_hooks(const AttentionShape& shape, const typename Variant::Params& params, const AttendSpec& spec,
                        const Store& store, Executor& executor, std::span<QueryJob> jobs, ConstMatrixRef q, MatrixRef out,
                        AttendScratch<Variant>& scratch) {
+  // An empty batch or a prefill of no tokens: nothing to do. (Going on, the hooks would take
+  // column blocks of matrices with no rows, whose null data pointer Eigen then offsets: UB.)
+  if (jobs.empty()) return;
   const float* q_data = q.data();
   std::ptrdiff_t q_stride = q.outerStride();
   if constexpr (Variant::transforms_queries) {
