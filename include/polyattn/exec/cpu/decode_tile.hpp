@@ -219,7 +219,8 @@ template <class Arch, int NG, bool SharedKey, class T>
 void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys, float* scores) {
   using B = xsimd::batch<float, Arch>;
   // A shared key: a block of rows only where it serves 4 heads or more (with GQA's 2 heads the 4
-  // interleaved rows ran 1.1x slower, Hnd, L 65536, batch 16). Head slices (SlimK2): 2 rows, each
+  // interleaved rows ran 1.1x slower, Hnd, L 65536, batch 16). Head slices (SlimK2's wider than
+  // score_slices takes, or with a tail): 2 rows, each
   // query vector loaded once for both, and 2 x NG independent sums instead of one chain of
   // dim / W multiply-adds per head, on which perf put most of SlimK2's score pass. In three
   // alternated rounds (AMD EPYC Zen 4, Hnd, batch 16, best of 5) 2 rows ran SlimK2 f16 1.04-1.21x
@@ -275,10 +276,69 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
   }
 }
 
-/// scores[g][j] for all `group` heads (queries q[group][key_dim]), in blocks of up to 8 heads (4
-/// on AVX2).
+/// Vector registers score_slices holds query vectors in; the rest hold a row's slice, the sums
+/// and sum_each's tree.
+template <class Arch>
+inline constexpr int kSliceQueryRegisters = kVectorRegisters<Arch> - 8;
+
+/// Query vectors per head up to which score_tile keeps head slices' queries in registers (key
+/// dims up to 64 on AVX-512, 32 on AVX2); wider slices go through score_rows.
+inline constexpr int kMaxSliceVectors = 4;
+
+/// Heads score_slices takes at once for slices of NV vectors.
+template <class Arch, int NV>
+inline constexpr int kSliceHeads = std::min(8, kSliceQueryRegisters<Arch> / NV);
+
+/// Scores of `heads` <= NG heads whose keys are slices of one row (SlimK2's packed key row: head
+/// g's at g * group_stride), each slice NV whole vectors, row by row. The NG x NV query vectors
+/// stay in registers for the whole tile, so a row costs each head NV loads and multiply-adds and
+/// no query load. (score_rows, which reloads each query vector every 2 rows, took 1.15-1.2x as
+/// long on SlimK2's 6 heads of 64, f32 and f16, with the tile in L2; without sum_each the pass
+/// would take 0.65x, about L2's bandwidth for its 1536-byte rows.) Heads past `heads` are
+/// skipped by a test the compiler unrolls, which keeps the instances to one per NV.
+template <class Arch, int NG, int NV, class T>
+void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyTile<T>& keys, float* scores) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  B qv[NG][NV];
+  for (int g = 0; g < NG; ++g)
+    for (int i = 0; i < NV; ++i) {
+      qv[g][i] = g < heads ? B::load_unaligned(q + g * q_stride + i * W) : B(0.0f);
+      keep_in_register(qv[g][i]);
+    }
+  alignas(64) B partial[NG][W];
+  for (int j0 = 0; j0 < keys.count; j0 += W) {
+    for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
+      const T* k = keys.rows + std::ptrdiff_t(std::min(j0 + jj, keys.count - 1)) * keys.stride;
+      if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
+      for (int g = 0; g < NG; ++g) {
+        if (g >= heads) break;
+        const T* kg = k + g * keys.group_stride;
+        B acc = qv[g][0] * load_floats<Arch>(kg);
+        for (int i = 1; i < NV; ++i) acc = xsimd::fma(qv[g][i], load_floats<Arch>(kg + i * W), acc);
+        partial[g][jj] = acc;
+      }
+    }
+    for (int g = 0; g < heads; ++g) sum_each<Arch>(partial[g]).store_unaligned(scores + g * kTile + j0);
+  }
+}
+
+/// scores[g][j] for all `group` heads (queries q[group][key_dim]): head slices of up to
+/// kMaxSliceVectors vectors by score_slices, else in blocks of up to 8 heads (4 on AVX2) by
+/// score_rows.
 template <class Arch, class T>
 void score_tile(const float* q, int group, const KeyTile<T>& keys, float* scores) {
+  constexpr int W = int(xsimd::batch<float, Arch>::size);
+  if (keys.group_stride != 0 && keys.dim % W == 0 && keys.dim / W <= kMaxSliceVectors)
+    return with_count<kMaxSliceVectors>(keys.dim / W, [&](auto nv) {
+      constexpr int NV = decltype(nv)::value, NG = kSliceHeads<Arch, NV>;
+      for (int g0 = 0; g0 < group; g0 += NG) {
+        KeyTile<T> block = keys;
+        block.rows += g0 * keys.group_stride;
+        if (g0 > 0) block.next = nullptr;  // the first head block asks for the next tile
+        score_slices<Arch, NG, NV>(q + g0 * keys.dim, keys.dim, std::min(NG, group - g0), block, scores + g0 * kTile);
+      }
+    });
   constexpr int kHeads = kVectorRegisters<Arch> == 32 ? 8 : 4;
   for (int g0 = 0; g0 < group; g0 += kHeads) {
     KeyTile<T> block = keys;
