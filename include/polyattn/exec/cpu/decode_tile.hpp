@@ -219,10 +219,10 @@ template <class Arch, int NG, bool SharedKey, class T>
 void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys, float* scores) {
   using B = xsimd::batch<float, Arch>;
   // A shared key: a block of rows only where it serves 4 heads or more (with GQA's 2 heads the 4
-  // interleaved rows ran 1.1x slower, Hnd, L 65536, batch 16). Head slices (SlimK2's wider than
-  // score_slices takes, or with a tail): 2 rows, each
-  // query vector loaded once for both, and 2 x NG independent sums instead of one chain of
-  // dim / W multiply-adds per head, on which perf put most of SlimK2's score pass. In three
+  // interleaved rows ran 1.1x slower, Hnd, L 65536, batch 16). Head slices (SlimK2's, where
+  // score_slices does not take them: wider, or with a tail): 2 rows, each query vector loaded
+  // once for both, and 2 x NG independent sums instead of one chain of dim / W multiply-adds per
+  // head, on which perf put most of SlimK2's score pass. In three
   // alternated rounds (AMD EPYC Zen 4, Hnd, batch 16, best of 5) 2 rows ran SlimK2 f16 1.04-1.21x
   // and int8 1.02-1.16x faster than one, at L 1500 and 65536 (6 of 6 each); f32 within the noise.
   // 4 rows did no better than 2.
@@ -292,7 +292,7 @@ inline constexpr int kSliceHeads = std::min(8, kSliceQueryRegisters<Arch> / NV);
 /// Scores of `heads` <= NG heads whose keys are slices of one row (SlimK2's packed key row: head
 /// g's at g * group_stride), each slice NV whole vectors, row by row. The NG x NV query vectors
 /// stay in registers for the whole tile, so a row costs each head NV loads and multiply-adds and
-/// no query load. (score_rows, which reloads each query vector every 2 rows, took 1.15-1.2x as
+/// no query load. (score_rows, which reloads each query vector every 2 rows, took 1.2-1.3x as
 /// long on SlimK2's 6 heads of 64, f32 and f16, with the tile in L2; without sum_each the pass
 /// would take 0.65x, about L2's bandwidth for its 1536-byte rows.) Heads past `heads` are
 /// skipped by a test the compiler unrolls, which keeps the instances to one per NV.
