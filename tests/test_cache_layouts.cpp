@@ -196,6 +196,18 @@ TEST_CASE("cache buffers beyond what memory can address are refused before alloc
                                 "for 4294967296 token slots");
 }
 
+/// The memory tests' tensors: 2 of 8 heads of 64 floats, 4 KiB a token.
+const std::vector<TensorSpec> kFourKiBPerToken{TensorSpec{8, 64}, TensorSpec{8, 64}};
+
+/// Fills every row of tokens [first, first + n) of `seq` (a store of kFourKiBPerToken) with value(t).
+template <class Store, class Value>
+void write_tokens(Store& store, int seq, int first, int n, Value value) {
+  for (int t = 0; t < n; ++t)
+    for (int tensor = 0; tensor < 2; ++tensor)
+      for (int h = 0; h < 8; ++h) std::fill_n(store.row(tensor, seq, first + t, h), 64, value(t));
+}
+const auto kOnes = [](int) { return 1.0f; };
+
 using polyattn::testing::resident_bytes;
 using polyattn::testing::resident_memory_unmeasurable;
 
@@ -208,16 +220,13 @@ TEST_CASE("a contiguous layout's capacity is resident only where rows are writte
     MESSAGE("skipped: ", why);
     return;
   }
-  const std::vector<TensorSpec> specs{TensorSpec{8, 64}, TensorSpec{8, 64}};  // 4 KiB a token
+  const std::vector<TensorSpec>& specs = kFourKiBPerToken;
   constexpr long long kMiB = 1 << 20;
   const long long before = resident_bytes();
   CacheStore<Nhd, float> store(specs, {.max_sequences = 64, .capacity = 4096});
   REQUIRE(store.bytes_allocated() == std::size_t(1024 * kMiB));
   const int seq = store.open();
-  const int first = store.grow(seq, 256);  // 1 MiB of rows written
-  for (int t = 0; t < 256; ++t)
-    for (int tensor = 0; tensor < 2; ++tensor)
-      for (int h = 0; h < 8; ++h) std::fill_n(store.row(tensor, seq, first + t, h), 64, 1.0f);
+  write_tokens(store, seq, store.grow(seq, 256), 256, kOnes);  // 1 MiB of rows written
   const long long unpoisoned = resident_bytes() - before;
   MESSAGE("1 GiB contiguous store with 1 MiB of rows written: ", unpoisoned / kMiB, " MiB resident");
   CHECK(unpoisoned < 64 * kMiB);
@@ -245,15 +254,11 @@ TEST_CASE("a contiguous store made after a freed one is still resident only wher
     asm volatile("" : : "r"(block) : "memory");  // keep the write and the free
     std::free(block);
   }
-  const std::vector<TensorSpec> specs{TensorSpec{8, 64}, TensorSpec{8, 64}};  // 4 KiB a token
   const auto written_resident = [&] {
     const long long before = resident_bytes();
-    CacheStore<Hnd, float> store(specs, {.max_sequences = 4, .capacity = 1024});  // 2 x 8 MiB
+    CacheStore<Hnd, float> store(kFourKiBPerToken, {.max_sequences = 4, .capacity = 1024});  // 2 x 8 MiB
     const int seq = store.open();
-    const int first = store.grow(seq, 64);
-    for (int t = 0; t < 64; ++t)
-      for (int tensor = 0; tensor < 2; ++tensor)
-        for (int h = 0; h < 8; ++h) std::fill_n(store.row(tensor, seq, first + t, h), 64, 1.0f);
+    write_tokens(store, seq, store.grow(seq, 64), 64, kOnes);
     return resident_bytes() - before;
   };
   for (int round = 0; round < 3; ++round) {  // each store reuses what the one before freed
@@ -271,17 +276,13 @@ using polyattn::testing::huge_page_mode;
 // of rows are written, so at least the 2 MiB pages wholly inside them (12 MiB) can be huge.
 template <class Layout>
 long long huge_bytes_after_writing(bool huge_pages) {
-  const std::vector<TensorSpec> specs{TensorSpec{8, 64}, TensorSpec{8, 64}};  // 4 KiB a token
   const long long before = huge_page_bytes();
-  CacheStore<Layout, float> store(specs, {.max_sequences = 4, .capacity = 2048, .huge_pages = huge_pages});
+  CacheStore<Layout, float> store(kFourKiBPerToken, {.max_sequences = 4, .capacity = 2048, .huge_pages = huge_pages});
   const int seq = store.open();
   const int first = store.grow(seq, 2048);  // 8 MiB of rows per sequence
   const int other = store.open();
   store.grow(other, 2048);
-  for (int s : {seq, other})
-    for (int t = 0; t < 2048; ++t)
-      for (int tensor = 0; tensor < 2; ++tensor)
-        for (int h = 0; h < 8; ++h) std::fill_n(store.row(tensor, s, first + t, h), 64, float(t));
+  for (int s : {seq, other}) write_tokens(store, s, first, 2048, [](int t) { return float(t); });
   CHECK(store.row(1, other, first + 2047, 7)[63] == 2047.0f);
   return huge_page_bytes() - before;
 }
