@@ -323,6 +323,19 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
   }
 }
 
+/// Calls f(g0, heads, block) for each block of up to `per_block` heads of a group, g0 its first
+/// head: `block` is the tile as head g0 reads it (its slice of the row at g0 * group_stride), and
+/// only the first block asks for the next tile.
+template <class T, class F>
+void for_each_head_block(int group, int per_block, const KeyTile<T>& keys, F&& f) {
+  for (int g0 = 0; g0 < group; g0 += per_block) {
+    KeyTile<T> block = keys;
+    block.rows += g0 * keys.group_stride;
+    if (g0 > 0) block.next = nullptr;
+    f(g0, std::min(per_block, group - g0), block);
+  }
+}
+
 /// scores[g][j] for all `group` heads (queries q[group][key_dim]): head slices of up to
 /// kMaxSliceVectors vectors by score_slices, else in blocks of up to 8 heads (4 on AVX2) by
 /// score_rows.
@@ -332,25 +345,20 @@ void score_tile(const float* q, int group, const KeyTile<T>& keys, float* scores
   if (keys.group_stride != 0 && keys.dim % W == 0 && keys.dim / W <= kMaxSliceVectors)
     return with_count<kMaxSliceVectors>(keys.dim / W, [&](auto nv) {
       constexpr int NV = decltype(nv)::value, NG = kSliceHeads<Arch, NV>;
-      for (int g0 = 0; g0 < group; g0 += NG) {
-        KeyTile<T> block = keys;
-        block.rows += g0 * keys.group_stride;
-        if (g0 > 0) block.next = nullptr;  // the first head block asks for the next tile
-        score_slices<Arch, NG, NV>(q + g0 * keys.dim, keys.dim, std::min(NG, group - g0), block, scores + g0 * kTile);
-      }
+      for_each_head_block(group, NG, keys, [&](int g0, int heads, const KeyTile<T>& block) {
+        score_slices<Arch, NG, NV>(q + g0 * keys.dim, keys.dim, heads, block, scores + g0 * kTile);
+      });
     });
   constexpr int kHeads = kVectorRegisters<Arch> == 32 ? 8 : 4;
-  for (int g0 = 0; g0 < group; g0 += kHeads) {
-    KeyTile<T> block = keys;
-    block.rows += g0 * keys.group_stride;
-    if (g0 > 0) block.next = nullptr;  // the first head block asks for the next tile
-    with_count<kHeads>(std::min(kHeads, group - g0), [&](auto ng) {
+  for_each_head_block(group, kHeads, keys, [&](int g0, int heads, const KeyTile<T>& block) {
+    with_count<kHeads>(heads, [&](auto ng) {
+      constexpr int NG = decltype(ng)::value;
       if (keys.group_stride == 0)
-        score_rows<Arch, decltype(ng)::value, true>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
+        score_rows<Arch, NG, true>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
       else
-        score_rows<Arch, decltype(ng)::value, false>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
+        score_rows<Arch, NG, false>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
     });
-  }
+  });
 }
 
 /// Where weight (vector g, token j) of a tile is: decode's scores are [head][kTile], w[g * kTile
