@@ -4,10 +4,11 @@
 // row scored alone, and against a double dot product within the float bound dim * u * sum |q k|. Group sizes 1-12 (two head blocks past 8), widths with a
 // scalar tail, tiles not a multiple of R; float and half keys; AVX2 and, where built, AVX-512.
 // And the paced prefetch cursor (NextTile) reaches every line of the next tile within a tile's
-// steps, whose count (value_steps_per_row) is the value pass's own, value rows and several heads'
-// passes included.
+// steps, whose count (value_steps_per_row) is the value pass's own, value rows, several heads'
+// passes and score steps weighted as several value steps included.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -81,20 +82,24 @@ TEST_CASE("the decode score pass: each row's scores are the row's own, whatever 
 TEST_CASE("the next tile's paced asks reach every line within the tile's steps") {
   alignas(64) static char rows[10 * 2048];
   for (const int bytes : {130, 256, 1536})
-    for (const int value_steps : {1, 6, 24}) {
-      polyattn::exec::cpu::NextTile next{{rows, 2048, bytes}, {}, 10};
-      next.pace(value_steps);
-      INFO("bytes ", bytes, ", value steps per row ", value_steps);
-      REQUIRE(next.per_step > 0);
-      int steps = 0;
-      for (int j = 0; j < next.count; ++j) {  // as attend_chunk: a score step per row, then the value steps
-        next.score_step(j), ++steps;
-        if (j == 0) CHECK(next.keys.row * bytes + next.keys.offset >= 64);  // a score step asks for something
+    for (const int value_steps : {1, 6, 24})
+      for (const int score_weight : {1, 6}) {  // a scored row as 1 or 6 value steps' work (score_steps_per_row)
+        polyattn::exec::cpu::NextTile next{{rows, 2048, bytes}, {}, 10};
+        next.pace(value_steps, 1, score_weight);
+        INFO("bytes ", bytes, ", value steps per row ", value_steps, ", score weight ", score_weight);
+        REQUIRE(next.per_step > 0);
+        CHECK(next.score_lines == score_weight * next.per_step);
+        const int per_row = (bytes + 63) / 64;
+        int steps = 0;
+        for (int j = 0; j < next.count; ++j) {  // as attend_chunk: a score step per row, then the value steps
+          next.score_step(j), ++steps;
+          if (j == 0)  // a score step asks for its weight's lines, or all there are
+            CHECK(next.keys.row * per_row + next.keys.offset / 64 == std::min(next.score_lines, next.count * per_row));
+        }
+        while (next.keys.row < next.count && steps < next.count * (1 + value_steps)) next.value_step(), ++steps;
+        CHECK(next.keys.row == next.count);
+        CHECK(next.keys.offset == 0);
       }
-      while (next.keys.row < next.count && steps < next.count * (1 + value_steps)) next.value_step(), ++steps;
-      CHECK(next.keys.row == next.count);
-      CHECK(next.keys.offset == 0);
-    }
   // Adjacent heads with value rows of their own (Nhd MHA/GQA): the key rows, then the value rows,
   // over the steps of every head's passes.
   alignas(64) static char values[10 * 2048];

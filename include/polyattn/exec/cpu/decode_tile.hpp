@@ -138,23 +138,26 @@ struct NextTile {
       return lines;
     }
   };
-  Lines keys;        // the next tile's key rows (the part the tile reads)
-  Lines values;      // value rows of their own (first nullptr: none; see attend_chunk for which groups)
-  int count = 0;     // rows to ask for (0: nothing)
-  int per_step = 0;  // paced: lines per step of work; 0: row j whole as row j is scored
+  Lines keys;          // the next tile's key rows (the part the tile reads)
+  Lines values;        // value rows of their own (first nullptr: none; see attend_chunk for which groups)
+  int count = 0;       // rows to ask for (0: nothing)
+  int per_step = 0;    // paced: lines per step of work; 0: row j whole as row j is scored
+  int score_lines = 0; // paced: lines per scored row (score_weight steps)
 
-  /// Paces the asks (key rows, then value rows if any) over the heads * count * (1 + value_steps)
-  /// steps of a tile (value_steps per scored row, for each of `heads` heads); value_steps 0: row
-  /// by row as the rows are scored, value row j with key row j.
-  void pace(int value_steps, int heads = 1) {
-    if (value_steps == 0 || count == 0) return void(per_step = 0);
+  /// Paces the asks (key rows, then value rows if any) over a tile's work, for each of `heads`
+  /// heads: `count` scored rows of `score_weight` steps each (score_steps_per_row: a scored row
+  /// can be several value steps' work) and value_steps per row; value_steps 0: row by row as the
+  /// rows are scored, value row j with key row j.
+  void pace(int value_steps, int heads = 1, int score_weight = 1) {
+    if (value_steps == 0 || count == 0) return void(per_step = score_lines = 0);
     const int lines = count * (keys.per_row() + values.per_row());
-    const int steps = heads * count * (1 + value_steps);
+    const int steps = heads * count * (score_weight + value_steps);
     per_step = (lines + steps - 1) / steps;
+    score_lines = per_step * score_weight;
   }
   /// Row j of this tile is being scored.
   void score_step(int j) {
-    if (per_step > 0) return ask_lines(per_step);
+    if (per_step > 0) return ask_lines(score_lines);
     if (j >= count) return;
     keys.ask_row(j);
     values.ask_row(j);
@@ -415,6 +418,19 @@ template <class Arch>
 constexpr int value_steps_per_row(int group, int dim) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   return (dim / (4 * W) + dim % (4 * W) / W) * ((group + kValueVectors<Arch> - 1) / kValueVectors<Arch>);
+}
+
+/// NextTile's weight of a scored row: its multiply-adds (group x key_dim) in value steps (each
+/// group x dim / value_steps_per_row), at least 1. XCache's 384-wide shared key weighs 6: its
+/// score pass is half of a tile's work, yet at one step per scored row it asked for only a
+/// seventh of the next tile's lines, and the value pass for the rest. So weighted, XCache f32 and
+/// f16 took 0.93-1.00 of the time in median (Intel Xeon, Hnd, batch 16 at L 65536 and batch 64
+/// at L 16384; 8 A/Bs of 11-21 calls alternated in one process, the same outputs); against
+/// weight 1, a weight of 3 took 1.01-1.07 (two A/Bs) and one of 13 1.09-1.15 (one) of the time.
+/// SlimK2's 64-wide slices weigh 1, as before.
+template <class Arch>
+constexpr int score_steps_per_row(int group, int key_dim, int dim) {
+  return std::max(1, (key_dim * value_steps_per_row<Arch>(group, dim) + dim / 2) / dim);
 }
 
 /// acc[g][:] += sum_j w(g, j) row_j[:] for `m` query vectors (weight (g, j) at w[at(g, j)]),

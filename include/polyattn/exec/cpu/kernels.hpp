@@ -244,7 +244,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     NextTile next[kTileRuns];
     for (int i = 0; i < run_count; ++i) {
       next[i] = next_tile_of(0, i, ask_values || pace_heads || (new_runs && separate_values));
-      next[i].pace(paced ? value_steps_per_row<Arch>(G, dv) : 0, pace_heads ? heads : 1);
+      next[i].pace(paced ? value_steps_per_row<Arch>(G, dv) : 0, pace_heads ? heads : 1, score_steps_per_row<Arch>(G, spec.key_dim, dv));
     }
     for (int h = 0; h < heads; ++h) {
       CacheRun<T> keys[kTileRuns], values[kTileRuns];
