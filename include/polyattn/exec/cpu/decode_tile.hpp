@@ -482,16 +482,27 @@ void accumulate_tile(const float* p, int group, const T* rows, std::ptrdiff_t st
 /// Decode's value half over an int8 tile (rows of codes, their scales after them: `layout`):
 /// acc[g][:] += sum_j p[g][j] scale_j(s) codes_j[:] per segment s of the row, the scale folded
 /// into the weights (`w`: scratch of group * kTile floats), so the codes are read as they are.
-/// Each segment's pass over the rows steps `next` (paced asks) as accumulate_tile's does.
+/// Each segment's pass over the rows steps `next` (paced asks) as accumulate_tile's does. The
+/// weights are scaled W tokens at a time (the same product per weight): scaled one by one,
+/// SlimK2's 6 segments x 6 heads x 64 tokens per tile took a quarter of its int8 decode step,
+/// and vectorised SlimK2 int8 took 0.77-0.80 of the time, XCache int8 (one segment) 0.97 (Intel
+/// Xeon, Hnd, L 65536, batch 16, medians of 15 calls alternated in one process, equal sums).
 template <class Arch>
 void accumulate_int8_tile(const float* p, int group, const std::int8_t* rows, std::ptrdiff_t stride, int n, RowScales layout,
                           float* w, float* acc, NextTile* next = nullptr) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  alignas(64) float scales[kTile];  // segment s's scale of each row, n <= kTile
   for (int s = 0; s < layout.segments(); ++s) {
     const int first = s * layout.segment, width = std::min(layout.segment, layout.codes - first);
-    for (int j = 0; j < n; ++j) {
-      const float scale = segment_scale(rows + std::ptrdiff_t(j) * stride, layout, s);
-      for (int g = 0; g < group; ++g) w[g * kTile + j] = p[g * kTile + j] * scale;
+    for (int j = 0; j < n; ++j) scales[j] = segment_scale(rows + std::ptrdiff_t(j) * stride, layout, s);
+    int j = 0;
+    for (; j + W <= n; j += W) {
+      const B scale = B::load_aligned(scales + j);
+      for (int g = 0; g < group; ++g) (B::load_unaligned(p + g * kTile + j) * scale).store_unaligned(w + g * kTile + j);
     }
+    for (; j < n; ++j)
+      for (int g = 0; g < group; ++g) w[g * kTile + j] = p[g * kTile + j] * scales[j];
     accumulate_weights<Arch>(w, WeightIndex<false>{}, group, rows + first, stride, n, acc + first, width, layout.codes, next);
   }
 }
