@@ -483,10 +483,11 @@ void accumulate_tile(const float* p, int group, const T* rows, std::ptrdiff_t st
 /// acc[g][:] += sum_j p[g][j] scale_j(s) codes_j[:] per segment s of the row, the scale folded
 /// into the weights (`w`: scratch of group * kTile floats), so the codes are read as they are.
 /// Each segment's pass over the rows steps `next` (paced asks) as accumulate_tile's does. The
-/// weights are scaled W tokens at a time (the same product per weight): scaled one by one,
-/// SlimK2's 6 segments x 6 heads x 64 tokens per tile took a quarter of its int8 decode step,
-/// and vectorised SlimK2 int8 took 0.77-0.80 of the time, XCache int8 (one segment) 0.97 (Intel
-/// Xeon, Hnd, L 65536, batch 16, medians of 15 calls alternated in one process, equal sums).
+/// weights are scaled W tokens at a time (the same product per weight). Scaled one by one,
+/// SlimK2's 6 segments x 6 heads x 64 tokens per tile took about a fifth of its int8 decode
+/// step (perf, cpu-clock). Vectorised, SlimK2 int8 took 0.77-0.80 of the time and XCache int8 (one
+/// segment) 0.97 (Intel Xeon, Hnd, L 65536, batch 16, medians of 15 calls alternated in one
+/// process, equal sums).
 template <class Arch>
 void accumulate_int8_tile(const float* p, int group, const std::int8_t* rows, std::ptrdiff_t stride, int n, RowScales layout,
                           float* w, float* acc, NextTile* next = nullptr) {
