@@ -92,8 +92,8 @@ void BM_DecodeTile(benchmark::State& state) {
         if (!s.values_in_key_rows && (s.group >= 4 || sizeof(T) < sizeof(float)))
           next.values = {reinterpret_cast<const char*>(values + first + std::ptrdiff_t(kTile) * s.row), stride, s.row * int(sizeof(T))};
         next.count = kTile;
-        next.pace(s.values_in_key_rows ? polyattn::exec::cpu::value_steps_per_row<Arch>(s.group, s.value_dim) : 0, 1,
-                  polyattn::exec::cpu::score_steps_per_row<Arch>(s.group, s.key_dim, s.value_dim));
+        const int value_steps = polyattn::exec::cpu::value_steps_per_row<Arch>(s.group, s.value_dim);
+        next.pace(s.values_in_key_rows ? value_steps : 0, 1, polyattn::exec::cpu::score_steps_per_row(s.key_dim, s.value_dim, value_steps));
       }
       polyattn::exec::cpu::NextTile* asks = next.count ? &next : nullptr;
       if (pass != 1) {

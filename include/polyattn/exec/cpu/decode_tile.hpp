@@ -421,16 +421,15 @@ constexpr int value_steps_per_row(int group, int dim) {
 }
 
 /// NextTile's weight of a scored row: its multiply-adds (group x key_dim) in value steps (each
-/// group x dim / value_steps_per_row), at least 1. XCache's 384-wide shared key weighs 6: its
+/// group x dim / value_steps: value_steps_per_row), at least 1. XCache's 384-wide shared key weighs 6: its
 /// score pass is half of a tile's work, yet at one step per scored row it asked for only a
 /// seventh of the next tile's lines, and the value pass for the rest. So weighted, XCache f32 and
 /// f16 took 0.93-1.00 of the time in median (Intel Xeon, Hnd, batch 16 at L 65536 and batch 64
 /// at L 16384; 8 A/Bs of 11-21 calls alternated in one process, the same outputs); against
 /// weight 1, a weight of 3 took 1.01-1.07 (two A/Bs) and one of 13 1.09-1.15 (one) of the time.
 /// SlimK2's 64-wide slices weigh 1, as before.
-template <class Arch>
-constexpr int score_steps_per_row(int group, int key_dim, int dim) {
-  return std::max(1, (key_dim * value_steps_per_row<Arch>(group, dim) + dim / 2) / dim);
+constexpr int score_steps_per_row(int key_dim, int dim, int value_steps) {
+  return std::max(1, (key_dim * value_steps + dim / 2) / dim);
 }
 
 /// acc[g][:] += sum_j w(g, j) row_j[:] for `m` query vectors (weight (g, j) at w[at(g, j)]),
@@ -479,31 +478,40 @@ void accumulate_tile(const float* p, int group, const T* rows, std::ptrdiff_t st
   accumulate_weights<Arch>(p, WeightIndex<false>{}, group, rows, stride, n, acc, dim, 0, next);
 }
 
+/// out[g * kTile + j] = p[g * kTile + j] * scale_j(s) for g < group and j < n: each of the group's
+/// scores or weights at token j times segment s's scale of row j (at rows + j * stride). The scales
+/// are gathered once, then applied W tokens at a time (the same product per element); out may be p.
+template <class Arch>
+void scale_by_segment(const float* p, int group, const std::int8_t* rows, std::ptrdiff_t stride, int n, RowScales layout,
+                      int s, float* out) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  alignas(64) float scales[kTile];  // n <= kTile
+  for (int j = 0; j < n; ++j) scales[j] = segment_scale(rows + std::ptrdiff_t(j) * stride, layout, s);
+  int j = 0;
+  for (; j + W <= n; j += W) {
+    const B scale = B::load_aligned(scales + j);
+    for (int g = 0; g < group; ++g) (B::load_unaligned(p + g * kTile + j) * scale).store_unaligned(out + g * kTile + j);
+  }
+  for (; j < n; ++j)
+    for (int g = 0; g < group; ++g) out[g * kTile + j] = p[g * kTile + j] * scales[j];
+}
+
 /// Decode's value half over an int8 tile (rows of codes, their scales after them: `layout`):
 /// acc[g][:] += sum_j p[g][j] scale_j(s) codes_j[:] per segment s of the row, the scale folded
 /// into the weights (`w`: scratch of group * kTile floats), so the codes are read as they are.
 /// Each segment's pass over the rows steps `next` (paced asks) as accumulate_tile's does. The
-/// weights are scaled W tokens at a time (the same product per weight). Scaled one by one,
-/// SlimK2's 6 segments x 6 heads x 64 tokens per tile took about a fifth of its int8 decode
-/// step (perf, cpu-clock). Vectorised, SlimK2 int8 took 0.77-0.80 of the time and XCache int8 (one
-/// segment) 0.97 (Intel Xeon, Hnd, L 65536, batch 16, medians of 15 calls alternated in one
-/// process, equal sums).
+/// weights are scaled W tokens at a time (scale_by_segment). Scaled one by one, SlimK2's 6
+/// segments x 6 heads x 64 tokens per tile took about a fifth of its int8 decode step (perf,
+/// cpu-clock). Vectorised, SlimK2 int8 took 0.77-0.80 of the time and XCache int8 (one segment)
+/// 0.97 (Intel Xeon, Hnd, L 65536, batch 16, medians of 15 calls alternated in one process, equal
+/// sums).
 template <class Arch>
 void accumulate_int8_tile(const float* p, int group, const std::int8_t* rows, std::ptrdiff_t stride, int n, RowScales layout,
                           float* w, float* acc, NextTile* next = nullptr) {
-  using B = xsimd::batch<float, Arch>;
-  constexpr int W = int(B::size);
-  alignas(64) float scales[kTile];  // segment s's scale of each row, n <= kTile
   for (int s = 0; s < layout.segments(); ++s) {
     const int first = s * layout.segment, width = std::min(layout.segment, layout.codes - first);
-    for (int j = 0; j < n; ++j) scales[j] = segment_scale(rows + std::ptrdiff_t(j) * stride, layout, s);
-    int j = 0;
-    for (; j + W <= n; j += W) {
-      const B scale = B::load_aligned(scales + j);
-      for (int g = 0; g < group; ++g) (B::load_unaligned(p + g * kTile + j) * scale).store_unaligned(w + g * kTile + j);
-    }
-    for (; j < n; ++j)
-      for (int g = 0; g < group; ++g) w[g * kTile + j] = p[g * kTile + j] * scales[j];
+    scale_by_segment<Arch>(p, group, rows, stride, n, layout, s, w);
     accumulate_weights<Arch>(w, WeightIndex<false>{}, group, rows + first, stride, n, acc + first, width, layout.codes, next);
   }
 }

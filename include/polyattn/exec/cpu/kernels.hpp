@@ -241,10 +241,11 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // scored (each_head).
     const bool paced = pace_heads || !(int8 || separate_values);
     const bool each_head = new_runs && separate_values && heads > 1 && !paced;
+    const int value_steps = value_steps_per_row<Arch>(G, dv);
     NextTile next[kTileRuns];
     for (int i = 0; i < run_count; ++i) {
       next[i] = next_tile_of(0, i, ask_values || pace_heads || (new_runs && separate_values));
-      next[i].pace(paced ? value_steps_per_row<Arch>(G, dv) : 0, pace_heads ? heads : 1, score_steps_per_row<Arch>(G, spec.key_dim, dv));
+      next[i].pace(paced ? value_steps : 0, pace_heads ? heads : 1, score_steps_per_row(spec.key_dim, dv, value_steps));
     }
     for (int h = 0; h < heads; ++h) {
       CacheRun<T> keys[kTileRuns], values[kTileRuns];
@@ -260,12 +261,14 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
                               runs[i].count, asks};
         float* run_scores = scores + runs[i].offset;
         score_tile<Arch>(q + std::ptrdiff_t(h) * G * spec.key_dim, G, tile, run_scores);
-        if constexpr (int8)  // the dot products were with the codes: times the scale of the segment head g read
-          for (int g = 0; g < G; ++g) {
-            const int segment = (spec.key_offset + g * spec.key_group_stride) / spec.key_scales.segment;
-            for (int j = 0; j < runs[i].count; ++j)
-              run_scores[g * kTile + j] *= segment_scale(keys[i].data + std::ptrdiff_t(j) * keys[i].stride, spec.key_scales, segment);
+        if constexpr (int8) {  // the dot products were with the codes: times the scale of the segment head g read
+          const auto segment_of = [&](int g) { return (spec.key_offset + g * spec.key_group_stride) / spec.key_scales.segment; };
+          for (int g = 0, last; g < G; g = last) {  // heads g..last-1 read one segment (all of them, but for SlimK2)
+            for (last = g + 1; last < G && segment_of(last) == segment_of(g);) ++last;
+            scale_by_segment<Arch>(run_scores + g * kTile, last - g, keys[i].data, keys[i].stride, runs[i].count, spec.key_scales,
+                                   segment_of(g), run_scores + g * kTile);
           }
+        }
       }
       bool dropped = false;  // some token of the tile the mask drops: its score is -inf
       if constexpr (KeyMaskT::drops_keys)
