@@ -421,12 +421,13 @@ constexpr int value_steps_per_row(int group, int dim) {
 }
 
 /// NextTile's weight of a scored row: its multiply-adds (group x key_dim) in value steps (each
-/// group x dim / value_steps: value_steps_per_row), at least 1. XCache's 384-wide shared key weighs 6: its
-/// score pass is half of a tile's work, yet at one step per scored row it asked for only a
-/// seventh of the next tile's lines, and the value pass for the rest. So weighted, XCache f32 and
-/// f16 took 0.93-1.00 of the time in median (Intel Xeon, Hnd, batch 16 at L 65536 and batch 64
-/// at L 16384; 8 A/Bs of 11-21 calls alternated in one process, the same outputs); against
-/// weight 1, a weight of 3 took 1.01-1.07 (two A/Bs) and one of 13 1.09-1.15 (one) of the time.
+/// group x dim / value_steps, where value_steps = value_steps_per_row(group, dim)), at least 1.
+/// XCache's 384-wide shared key weighs 6: its score pass is half of a tile's work, yet at one
+/// step per scored row it asked for only a seventh of the next tile's lines, and the value pass
+/// for the rest. So weighted, XCache f32 and f16 took 0.93-1.00 of the time in median (Intel Xeon,
+/// Hnd, batch 16 at L 65536 and batch 64 at L 16384; 8 A/Bs of 11-21 calls alternated in one
+/// process, the same outputs); against weight 1, a weight of 3 took 1.01-1.07 (two A/Bs) and one
+/// of 13 1.09-1.15 (one) of the time.
 /// SlimK2's 64-wide slices weigh 1, as before.
 constexpr int score_steps_per_row(int key_dim, int dim, int value_steps) {
   return std::max(1, (key_dim * value_steps + dim / 2) / dim);
