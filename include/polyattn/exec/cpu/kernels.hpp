@@ -194,6 +194,9 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
   const int value_begin = int8 ? 0 : spec.value_offset;
   const int value_end = int8 ? spec.value_scales.stored_elements() : spec.value_offset + dv;
   constexpr int W = int(xsimd::batch<float, Arch>::size);
+  // Vector steps of the value pass per row, and of the score pass in those units (NextTile::pace).
+  const int value_steps = value_steps_per_row<Arch>(G, dv);
+  const int score_steps = score_steps_per_row(spec.key_dim, dv, value_steps);
   int t = begin;
   while (t < end) {
     // The tile's rows: one run of the store, or several (the pages of Paged<P>, kTileRuns at
@@ -241,11 +244,10 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // scored (each_head).
     const bool paced = pace_heads || !(int8 || separate_values);
     const bool each_head = new_runs && separate_values && heads > 1 && !paced;
-    const int value_steps = value_steps_per_row<Arch>(G, dv);
     NextTile next[kTileRuns];
     for (int i = 0; i < run_count; ++i) {
       next[i] = next_tile_of(0, i, ask_values || pace_heads || (new_runs && separate_values));
-      next[i].pace(paced ? value_steps : 0, pace_heads ? heads : 1, score_steps_per_row(spec.key_dim, dv, value_steps));
+      next[i].pace(paced ? value_steps : 0, pace_heads ? heads : 1, score_steps);
     }
     for (int h = 0; h < heads; ++h) {
       CacheRun<T> keys[kTileRuns], values[kTileRuns];
