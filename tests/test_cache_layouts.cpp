@@ -159,6 +159,19 @@ TEST_CASE_TEMPLATE("every layout's rows start on a cache line where their stride
   }
 }
 
+TEST_CASE("the CPU kernels' scratch vectors start on a cache line, however they grow") {
+  // glibc's malloc aligns to 16 bytes only: among these sizes some land off a line without the
+  // allocator (attend_jobs' queries and scores, attend_block's BlockScratch).
+  detail::CacheLineVector<float> grown;
+  for (const std::size_t n : {1, 3, 16, 17, 100, 2304, 4099, 300000}) {
+    INFO("n ", n);
+    const detail::CacheLineVector<float> made(n, 1.0f);
+    CHECK(reinterpret_cast<std::uintptr_t>(made.data()) % detail::kCacheLineBytes == 0);
+    grown.resize(n);
+    CHECK(reinterpret_cast<std::uintptr_t>(grown.data()) % detail::kCacheLineBytes == 0);
+  }
+}
+
 TEST_CASE("poisoned contiguous capacity is NaN until written") {
   const std::vector<TensorSpec> specs{{1, 2}};
   CacheStore<Nhd, float> store(specs, {.max_sequences = 1, .capacity = 3, .poison_unused = true});

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <new>
+#include <vector>
 
 namespace polyattn::detail {
 
@@ -36,5 +37,10 @@ struct CacheLineAllocator {
     return true;
   }
 };
+
+/// A vector whose elements start on a cache line: the CPU kernels' scratch (queries, scores,
+/// accumulators, decoded rows), which they load a whole SIMD vector at a time.
+template <class T>
+using CacheLineVector = std::vector<T, CacheLineAllocator<T>>;
 
 }  // namespace polyattn::detail

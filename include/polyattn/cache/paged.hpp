@@ -285,7 +285,7 @@ class CacheStore<Paged<PageSize>, T> {
   std::vector<TensorSpec> specs_;
   std::vector<TensorStrides> strides_;          // per tensor: Paged::strides(spec, PageSize)
   // per tensor: (page, head, token in page, dim), from a cache line; capacity for n_pages_
-  std::vector<std::vector<T, detail::CacheLineAllocator<T>>> pool_;
+  std::vector<detail::CacheLineVector<T>> pool_;
   std::vector<std::vector<int>> page_table_;    // per sequence: pages in token order
   std::vector<int> free_pages_;                 // committed pages no sequence holds
   std::vector<int> references_;                 // per page: sequences holding it

@@ -26,6 +26,7 @@
 #include <Eigen/Core>
 #include <xsimd/xsimd.hpp>
 
+#include "polyattn/cache/cache_line.hpp"
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/online_softmax.hpp"
@@ -45,7 +46,7 @@ struct ExecutorState {
   std::vector<std::span<const QueryJob>> blocks;  // the plan: query blocks, and rows for the decode kernel
   std::vector<QueryJob> single;
   std::vector<SoftmaxState<float>> states;  // the decode kernel's per-(unit, query head) results
-  std::vector<float> acc;
+  polyattn::detail::CacheLineVector<float> acc;
 };
 
 /// Smallest chunk a sequence is split into: below this the merge costs more than it saves.
@@ -110,7 +111,7 @@ void attend_rows(ExecutorState& state, const Store& store, const AttendSpec& spe
     const int begin = keys.first + chunk * chunk_len[std::size_t(j)];
     const int end = std::min(keys.end, begin + chunk_len[std::size_t(j)]);
     const std::size_t unit = std::size_t(first_unit[std::size_t(j)] + chunk * H + h0);
-    thread_local std::vector<float> q, scores;
+    thread_local polyattn::detail::CacheLineVector<float> q, scores;  // on a cache line: loaded a SIMD vector at a time
     q.resize(std::size_t(heads_per_task) * G * spec.key_dim);
     scores.resize(std::size_t(G) * kTile);
     const float* q_heads = job.query + std::ptrdiff_t(h0) * G * spec.key_dim;

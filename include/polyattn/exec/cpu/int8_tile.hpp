@@ -17,6 +17,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "polyattn/cache/cache_line.hpp"
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/core/row_codec.hpp"
 #include "polyattn/core/row_scales.hpp"
@@ -59,7 +60,7 @@ inline bool scales_finite(const std::int8_t* rows, std::ptrdiff_t stride, int n,
 /// tokens-it-sees path): the run itself, or for an int8 cache its rows decoded into `scratch`
 /// (resized as needed).
 template <class Arch, class T>
-CacheRun<TileElement<T>> tile_rows(const CacheRun<T>& run, int n, RowScales layout, std::vector<float>& scratch) {
+CacheRun<TileElement<T>> tile_rows(const CacheRun<T>& run, int n, RowScales layout, polyattn::detail::CacheLineVector<float>& scratch) {
   if constexpr (is_scaled_int8<T>) {
     scratch.resize(std::size_t(n) * std::size_t(layout.codes));
     decode_int8_rows<Arch>(run.data, run.stride, n, layout, scratch.data());
