@@ -111,6 +111,45 @@ inline std::string sf_format_name(int format) {
 // RF64 and BW64 (little-endian sizes) and RIFX (big-endian). Each chunk must fit in the file,
 // except 'data', which libsndfile shortens to the whole frames present (and whose size is
 // 0xFFFFFFFF in RF64, the real one being in 'ds64').
+//
+// A LIST chunk is checked inside too (check_list_chunk): fuzz_wav found an 86-byte file whose LIST
+// fits in the file but holds a sub-chunk size of 0xFFFFFFF7, which libsndfile's sub-chunk parser
+// (wavlike_subchunk_parse) adds to a 32-bit byte count: the sum wraps, the parser jumps back 8
+// bytes to the same sub-chunk, and sf_open never returns.
+inline std::uint32_t riff_size(const std::uint8_t* s, bool big_endian) {
+  return big_endian ? std::uint32_t{s[0]} << 24 | std::uint32_t{s[1]} << 16 | std::uint32_t{s[2]} << 8 | s[3]
+                    : std::uint32_t{s[3]} << 24 | std::uint32_t{s[2]} << 16 | std::uint32_t{s[1]} << 8 | s[0];
+}
+
+// A chunk id as RIFF defines it: four characters from space to '~'.
+inline bool is_fourcc(const std::uint8_t* id) {
+  return std::all_of(id, id + 4, [](std::uint8_t c) { return c >= 0x20 && c <= 0x7e; });
+}
+
+// A LIST chunk's body (`list`: its 4-byte list type, then sub-chunks of id, size and data): the
+// type and every sub-chunk id are FourCCs, and every sub-chunk lies within the list (its pad byte
+// may be missing at the end). libsndfile reads the type, and for an unknown type the first
+// sub-chunk's id, as a size too: a FourCC read as a size is below 0x7F7F7F7F, so no count wraps.
+inline void check_list_chunk(std::span<const std::uint8_t> list, bool big_endian, const std::string& name) {
+  const auto corrupt = [&](const std::string& what) {
+    return FormatError(name + ": corrupt LIST chunk: " + what);
+  };
+  if (list.size() < 4) return;  // too short for a type: libsndfile skips it
+  if (!is_fourcc(list.data())) throw corrupt("its list type is not four printable characters");
+  std::size_t pos = 4;
+  while (list.size() - pos >= 8) {
+    if (!is_fourcc(list.data() + pos)) throw corrupt("a sub-chunk id at byte " + std::to_string(pos) + " is not four printable characters");
+    const std::string id(reinterpret_cast<const char*>(list.data() + pos), 4);
+    const std::uint32_t size = riff_size(list.data() + pos + 4, big_endian);
+    pos += 8;
+    if (size > list.size() - pos)
+      throw corrupt("sub-chunk '" + id + "' declares " + std::to_string(size) + " bytes, " + std::to_string(list.size() - pos) +
+                    " left in the list");
+    pos += size;
+    if ((size & 1u) && pos < list.size()) ++pos;  // pad byte
+  }
+}
+
 inline void check_riff_chunks(std::span<const std::uint8_t> bytes, const std::string& name) {
   if (bytes.size() < 12 || std::memcmp(bytes.data() + 8, "WAVE", 4) != 0) return;
   const auto container = [&](const char* id) { return std::memcmp(bytes.data(), id, 4) == 0; };
@@ -119,15 +158,14 @@ inline void check_riff_chunks(std::span<const std::uint8_t> bytes, const std::st
   std::size_t pos = 12;
   while (bytes.size() - pos >= 8) {
     const std::string id(reinterpret_cast<const char*>(bytes.data() + pos), 4);
-    const std::uint8_t* s = bytes.data() + pos + 4;
-    const std::uint32_t size = big_endian ? std::uint32_t{s[0]} << 24 | std::uint32_t{s[1]} << 16 | std::uint32_t{s[2]} << 8 | s[3]
-                                          : std::uint32_t{s[3]} << 24 | std::uint32_t{s[2]} << 16 | std::uint32_t{s[1]} << 8 | s[0];
+    const std::uint32_t size = riff_size(bytes.data() + pos + 4, big_endian);
     pos += 8;
     if (size > bytes.size() - pos) {
       if (id == "data") return;
       throw FormatError(name + ": truncated or corrupt: chunk '" + id + "' declares " + std::to_string(size) + " bytes, " +
                         std::to_string(bytes.size() - pos) + " left");
     }
+    if (id == "LIST") check_list_chunk(bytes.subspan(pos, size), big_endian, name);
     pos += size;
     if ((size & 1u) && pos < bytes.size()) ++pos;  // pad byte
   }

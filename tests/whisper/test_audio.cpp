@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <numbers>
+#include <string_view>
 
 #include <Eigen/Dense>
 
@@ -412,6 +415,64 @@ TEST_SUITE("audio") {
     const std::uint8_t big_endian_16[4] = {0, 0, 0, 16};
     std::memcpy(&rifx[12 + 4], big_endian_16, 4);  // fmt's size as RIFX writes it: the walk reaches LIST
     CHECK_THROWS_WITH_AS(decode_audio(rifx), doctest::Contains("chunk 'LIST' declares 1000 bytes"), FormatError);
+  }
+
+  TEST_CASE("a LIST chunk whose sub-chunk sizes would wrap libsndfile's byte count is refused (fuzz finding)") {
+    // fuzz.wav (corpus/wav/finding-libsndfile-list-subchunk-size-wrap): 86 bytes whose LIST chunk
+    // fits in the file, typed "abc\0", then 0xFFFFFFF7: libsndfile 1.2.0 read the type as a
+    // sub-chunk id and 0xFFFFFFF7 as its size, its 32-bit count wrapped, and sf_open looped.
+    const std::vector<std::uint8_t> wrap = {
+        0x52, 0x49, 0x46, 0x46, 0x70, 0x00, 0x00, 0x00, 0x57, 0x41, 0x56, 0x45, 0x66, 0x6d, 0x74, 0x20, 0x10, 0x00,
+        0x00, 0x00, 0x03, 0x00, 0x01, 0x00, 0x80, 0x3e, 0x00, 0x00, 0x00, 0xf4, 0x01, 0x00, 0x08, 0x00, 0x40, 0x00,
+        0x4c, 0x49, 0x53, 0x54, 0x23, 0x00, 0x00, 0x00, 0x61, 0x62, 0x63, 0x00, 0xf7, 0xff, 0xff, 0xff, 0x40, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x09, 0x52, 0x49, 0x46, 0x58, 0x00, 0xc0,
+        0x76, 0x43, 0xd1, 0x3f, 0x00, 0x00, 0x00, 0xc0, 0x44, 0xb7, 0xf2, 0xbf, 0xd2, 0xbf,
+    };
+    REQUIRE(wrap.size() == 86);
+    CHECK_THROWS_WITH_AS(decode_audio(wrap, "wrap.wav"),
+                         doctest::Contains("wrap.wav: corrupt LIST chunk: its list type is not four printable characters"),
+                         FormatError);
+
+    // A well-formed file with a LIST/INFO chunk: an odd-sized INAM (its pad byte inside the list)
+    // and an odd-sized ICMT whose pad byte the writer left out at the end of the list.
+    const auto with_list = [](const std::vector<std::uint8_t>& list_body) {
+      auto wav = make_wav(1, 1, 16000, 16, pcm16({1, -2, 3}));
+      const std::size_t list_at = 12 + 8 + 16;  // RIFF header, fmt chunk
+      REQUIRE(std::memcmp(&wav[list_at], "LIST", 4) == 0);
+      wav.erase(wav.begin() + list_at + 8, wav.begin() + list_at + 8 + 4);  // "abc" and its pad byte
+      const auto size = static_cast<std::uint32_t>(list_body.size());
+      std::memcpy(&wav[list_at + 4], &size, 4);
+      std::vector<std::uint8_t> body = list_body;
+      if (size & 1u) body.push_back(0);
+      wav.insert(wav.begin() + list_at + 8, body.begin(), body.end());
+      const auto riff = static_cast<std::uint32_t>(wav.size() - 8);
+      std::memcpy(&wav[4], &riff, 4);
+      return wav;
+    };
+    const auto bytes = [](std::string_view text) { return std::vector<std::uint8_t>(text.begin(), text.end()); };
+    const auto le32 = [](std::uint32_t v) {
+      return std::vector<std::uint8_t>{std::uint8_t(v), std::uint8_t(v >> 8), std::uint8_t(v >> 16), std::uint8_t(v >> 24)};
+    };
+    const auto cat = [](std::initializer_list<std::vector<std::uint8_t>> parts) {
+      std::vector<std::uint8_t> out;
+      for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+      return out;
+    };
+    const auto info = cat({bytes("INFO"), bytes("INAM"), le32(3), bytes("abc"), {0}, bytes("ICMT"), le32(5), bytes("hello")});
+    const Audio a = decode_audio(with_list(info));
+    CHECK(a.samples.size() == 3);
+
+    // The rule on both views of a list: a sub-chunk larger than the list, a sub-chunk size that
+    // wraps a 32-bit count, and a sub-chunk id that libsndfile would read as such a size (the
+    // first one after an unknown list type).
+    CHECK_THROWS_WITH_AS(decode_audio(with_list(cat({bytes("INFO"), bytes("INAM"), le32(40), bytes("abcd")}))),
+                         doctest::Contains("corrupt LIST chunk: sub-chunk 'INAM' declares 40 bytes, 4 left in the list"),
+                         FormatError);
+    CHECK_THROWS_WITH_AS(decode_audio(with_list(cat({bytes("INFO"), bytes("INAM"), le32(0xFFFFFFF7u), bytes("abcd")}))),
+                         doctest::Contains("sub-chunk 'INAM' declares 4294967287 bytes"), FormatError);
+    CHECK_THROWS_WITH_AS(decode_audio(with_list(cat({bytes("abcd"), le32(0xFFFFFFF7u), le32(0)}))),
+                         doctest::Contains("corrupt LIST chunk: a sub-chunk id at byte 4 is not four printable characters"),
+                         FormatError);
   }
 
   TEST_CASE("well-formed RF64 and RIFX files, written by libsndfile, pass the chunk check and decode") {
