@@ -1,5 +1,6 @@
 # Runs one libFuzzer harness for a bounded time (ctest fuzz.<name>, tests/fuzz/CMakeLists.txt).
-#   cmake -DFUZZER=path -DSEEDS=dir -DWORK=dir -DSECONDS=n [-DDICT=file] -P run_fuzzer.cmake
+#   cmake -DFUZZER=path -DSEEDS=dir -DWORK=dir -DSECONDS=n [-DSEED=n] [-DDICT=file] -P run_fuzzer.cmake
+# SEED is libFuzzer's -seed (0 or absent: a random seed).
 # The committed seeds are the second corpus folder: libFuzzer reads them and writes new inputs only
 # into the first, WORK/corpus, emptied before each run. A crash, a sanitizer report or a broken
 # invariant (the harness aborts) makes libFuzzer exit non-zero and this script fail; the input is
@@ -14,7 +15,10 @@ if(NOT IS_DIRECTORY "${SEEDS}")
 endif()
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}/corpus" "${WORK}/artifacts")
-set(options -max_total_time=${SECONDS} -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=${WORK}/artifacts/)
+if(NOT DEFINED SEED OR SEED STREQUAL "")
+  set(SEED 0)
+endif()
+set(options -max_total_time=${SECONDS} -seed=${SEED} -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=${WORK}/artifacts/)
 if(DICT)
   list(APPEND options -dict=${DICT})
 endif()
