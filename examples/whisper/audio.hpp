@@ -126,6 +126,25 @@ inline bool is_fourcc(const std::uint8_t* id) {
   return std::all_of(id, id + 4, [](std::uint8_t c) { return c >= 0x20 && c <= 0x7e; });
 }
 
+// Walks the chunks of `bytes` from `pos`: each an 8-byte header (id, size) and its data, padded to
+// an even length (the pad byte may be missing at the end). Calls on_chunk(id, size, data, left) for
+// each: `data` the offset of its data, `left` the bytes from there to the end. The walk stops where
+// on_chunk returns false or the chunk does not fit (on_chunk decides whether that is an error).
+template <class F>
+inline void walk_riff_chunks(std::span<const std::uint8_t> bytes, std::size_t pos, bool big_endian, F&& on_chunk) {
+  while (bytes.size() - pos >= 8) {
+    const std::uint8_t* id = bytes.data() + pos;
+    const std::uint32_t size = riff_size(id + 4, big_endian);
+    pos += 8;
+    const std::size_t left = bytes.size() - pos;
+    if (!on_chunk(id, size, pos, left) || size > left) return;
+    pos += size;
+    if ((size & 1u) && pos < bytes.size()) ++pos;  // pad byte
+  }
+}
+
+inline std::string chunk_id(const std::uint8_t* id) { return std::string(reinterpret_cast<const char*>(id), 4); }
+
 // A LIST chunk's body (`list`: its 4-byte list type, then sub-chunks of id, size and data): the
 // type and every sub-chunk id are FourCCs, and every sub-chunk lies within the list (its pad byte
 // may be missing at the end). libsndfile reads the type, and for an unknown type the first
@@ -136,18 +155,14 @@ inline void check_list_chunk(std::span<const std::uint8_t> list, bool big_endian
   };
   if (list.size() < 4) return;  // too short for a type: libsndfile skips it
   if (!is_fourcc(list.data())) throw corrupt("its list type is not four printable characters");
-  std::size_t pos = 4;
-  while (list.size() - pos >= 8) {
-    if (!is_fourcc(list.data() + pos)) throw corrupt("a sub-chunk id at byte " + std::to_string(pos) + " is not four printable characters");
-    const std::string id(reinterpret_cast<const char*>(list.data() + pos), 4);
-    const std::uint32_t size = riff_size(list.data() + pos + 4, big_endian);
-    pos += 8;
-    if (size > list.size() - pos)
-      throw corrupt("sub-chunk '" + id + "' declares " + std::to_string(size) + " bytes, " + std::to_string(list.size() - pos) +
+  walk_riff_chunks(list, 4, big_endian, [&](const std::uint8_t* id, std::uint32_t size, std::size_t data, std::size_t left) {
+    if (!is_fourcc(id))
+      throw corrupt("a sub-chunk id at byte " + std::to_string(data - 8) + " is not four printable characters");
+    if (size > left)
+      throw corrupt("sub-chunk '" + chunk_id(id) + "' declares " + std::to_string(size) + " bytes, " + std::to_string(left) +
                     " left in the list");
-    pos += size;
-    if ((size & 1u) && pos < list.size()) ++pos;  // pad byte
-  }
+    return true;
+  });
 }
 
 inline void check_riff_chunks(std::span<const std::uint8_t> bytes, const std::string& name) {
@@ -155,20 +170,16 @@ inline void check_riff_chunks(std::span<const std::uint8_t> bytes, const std::st
   const auto container = [&](const char* id) { return std::memcmp(bytes.data(), id, 4) == 0; };
   const bool big_endian = container("RIFX");
   if (!big_endian && !container("RIFF") && !container("RF64") && !container("BW64")) return;
-  std::size_t pos = 12;
-  while (bytes.size() - pos >= 8) {
-    const std::string id(reinterpret_cast<const char*>(bytes.data() + pos), 4);
-    const std::uint32_t size = riff_size(bytes.data() + pos + 4, big_endian);
-    pos += 8;
-    if (size > bytes.size() - pos) {
-      if (id == "data") return;
+  walk_riff_chunks(bytes, 12, big_endian, [&](const std::uint8_t* id_bytes, std::uint32_t size, std::size_t data, std::size_t left) {
+    const std::string id = chunk_id(id_bytes);
+    if (size > left) {
+      if (id == "data") return false;
       throw FormatError(name + ": truncated or corrupt: chunk '" + id + "' declares " + std::to_string(size) + " bytes, " +
-                        std::to_string(bytes.size() - pos) + " left");
+                        std::to_string(left) + " left");
     }
-    if (id == "LIST") check_list_chunk(bytes.subspan(pos, size), big_endian, name);
-    pos += size;
-    if ((size & 1u) && pos < bytes.size()) ++pos;  // pad byte
-  }
+    if (id == "LIST") check_list_chunk(bytes.subspan(data, size), big_endian, name);
+    return true;
+  });
 }
 
 }  // namespace detail

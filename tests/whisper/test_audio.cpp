@@ -7,10 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <initializer_list>
 #include <limits>
 #include <numbers>
-#include <string_view>
 
 #include <Eigen/Dense>
 
@@ -449,28 +447,20 @@ TEST_SUITE("audio") {
       std::memcpy(&wav[4], &riff, 4);
       return wav;
     };
-    const auto bytes = [](std::string_view text) { return std::vector<std::uint8_t>(text.begin(), text.end()); };
-    const auto le32 = [](std::uint32_t v) {
-      return std::vector<std::uint8_t>{std::uint8_t(v), std::uint8_t(v >> 8), std::uint8_t(v >> 16), std::uint8_t(v >> 24)};
-    };
-    const auto cat = [](std::initializer_list<std::vector<std::uint8_t>> parts) {
-      std::vector<std::uint8_t> out;
-      for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-      return out;
-    };
-    const auto info = cat({bytes("INFO"), bytes("INAM"), le32(3), bytes("abc"), {0}, bytes("ICMT"), le32(5), bytes("hello")});
+    const auto info = Bytes{}.str("INFO").str("INAM").put<std::uint32_t>(3).str("abc").put<std::uint8_t>(0)
+                          .str("ICMT").put<std::uint32_t>(5).str("hello").b;
     const Audio a = decode_audio(with_list(info));
     CHECK(a.samples.size() == 3);
 
     // The rule on both views of a list: a sub-chunk larger than the list, a sub-chunk size that
     // wraps a 32-bit count, and a sub-chunk id that libsndfile would read as such a size (the
     // first one after an unknown list type).
-    CHECK_THROWS_WITH_AS(decode_audio(with_list(cat({bytes("INFO"), bytes("INAM"), le32(40), bytes("abcd")}))),
+    CHECK_THROWS_WITH_AS(decode_audio(with_list(Bytes{}.str("INFO").str("INAM").put<std::uint32_t>(40).str("abcd").b)),
                          doctest::Contains("corrupt LIST chunk: sub-chunk 'INAM' declares 40 bytes, 4 left in the list"),
                          FormatError);
-    CHECK_THROWS_WITH_AS(decode_audio(with_list(cat({bytes("INFO"), bytes("INAM"), le32(0xFFFFFFF7u), bytes("abcd")}))),
+    CHECK_THROWS_WITH_AS(decode_audio(with_list(Bytes{}.str("INFO").str("INAM").put<std::uint32_t>(0xFFFFFFF7u).str("abcd").b)),
                          doctest::Contains("sub-chunk 'INAM' declares 4294967287 bytes"), FormatError);
-    CHECK_THROWS_WITH_AS(decode_audio(with_list(cat({bytes("abcd"), le32(0xFFFFFFF7u), le32(0)}))),
+    CHECK_THROWS_WITH_AS(decode_audio(with_list(Bytes{}.str("abcd").put<std::uint32_t>(0xFFFFFFF7u).put<std::uint32_t>(0).b)),
                          doctest::Contains("corrupt LIST chunk: a sub-chunk id at byte 4 is not four printable characters"),
                          FormatError);
   }
