@@ -18,15 +18,16 @@
 
 #include <benchmark/benchmark.h>
 
-#include <polyattn/cache/cache_line.hpp>
 #include <polyattn/cache/zeroed_buffer.hpp>
 #include <polyattn/exec/cpu/decode_tile.hpp>
+#include <polyattn/exec/cpu/scratch_floats.hpp>
 
 #include "support/roofline.hpp"
 
 namespace {
 
 using polyattn::exec::cpu::kTile;
+using polyattn::exec::cpu::ScratchFloats;
 using Arch = xsimd::default_arch;
 
 /// A group of query heads and the cache rows it reads (attend_chunk's AttendSpec, in short).
@@ -83,9 +84,8 @@ void BM_DecodeTile(benchmark::State& state) {
   const T* values = s.values_in_key_rows ? keys : keys + key_elements;
   // On a cache line, as attend_jobs holds them: from 16 bytes past a line XCache's score pass took
   // 1.1x as long in L2.
-  using Floats = polyattn::detail::CacheLineVector<float>;
-  const Floats queries(std::size_t(s.group) * std::size_t(s.key_dim), 0.01f);
-  Floats scores(std::size_t(s.group) * kTile + 64, 0.0f), acc(std::size_t(s.group) * std::size_t(s.value_dim), 0.0f);
+  const ScratchFloats queries(std::size_t(s.group) * std::size_t(s.key_dim), 0.01f);
+  ScratchFloats scores(std::size_t(s.group) * kTile + 64, 0.0f), acc(std::size_t(s.group) * std::size_t(s.value_dim), 0.0f);
   for (auto _ : state) {
     for (int t = 0; t < tiles; ++t) {
       const std::ptrdiff_t first = std::ptrdiff_t(t) * kTile * s.row;

@@ -19,7 +19,6 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "polyattn/cache/cache_line.hpp"
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/online_softmax.hpp"
@@ -28,6 +27,7 @@
 #include "polyattn/exec/cpu/int8_tile.hpp"
 #include "polyattn/exec/cpu/kernels.hpp"
 #include "polyattn/exec/cpu/load_floats.hpp"
+#include "polyattn/exec/cpu/scratch_floats.hpp"
 #include "polyattn/exec/cpu/softmax_exp.hpp"
 
 namespace polyattn::exec::cpu {
@@ -69,15 +69,14 @@ int block_rows(const AttendSpec& spec, bool uniform, int run_rows) {
 /// vectors are its lanes: lane g * R + r is head g of row r when the group shares a key; when
 /// each head reads its own slice, head g's rows start at lane g * round_up(R, W).
 struct BlockScratch {
-  using Floats = polyattn::detail::CacheLineVector<float>;  // loaded a SIMD vector at a time
-  Floats qt;                    // [key_dim][lanes]: pre-scaled queries, transposed
-  Floats first, end;            // [lanes]: the key range of each lane's row ([0, 0): a padding lane)
-  Floats st;                    // [kTile][lanes]: scores, then weights
-  Floats acc;                   // [lanes][value_dim]
-  Floats max, sum, factor;      // [lanes]: the online-softmax state, and a tile's rescale
-  Floats tile_max;              // [lanes]: a tile's largest score, from score_block
-  Floats tile_sum;              // [lanes]: a fused tile's sum of weights, from score_block
-  Floats keys, values;          // int8 caches: the tile's rows decoded (int8_tile.hpp)
+  ScratchFloats qt;              // [key_dim][lanes]: pre-scaled queries, transposed
+  ScratchFloats first, end;      // [lanes]: the key range of each lane's row ([0, 0): a padding lane)
+  ScratchFloats st;              // [kTile][lanes]: scores, then weights
+  ScratchFloats acc;             // [lanes][value_dim]
+  ScratchFloats max, sum, factor;  // [lanes]: the online-softmax state, and a tile's rescale
+  ScratchFloats tile_max;        // [lanes]: a tile's largest score, from score_block
+  ScratchFloats tile_sum;        // [lanes]: a fused tile's sum of weights, from score_block
+  ScratchFloats keys, values;    // int8 caches: the tile's rows decoded (int8_tile.hpp)
 };
 
 /// Attends the query rows of `rows` (jobs of one sequence, any key ranges, at most block_rows)

@@ -26,13 +26,13 @@
 #include <Eigen/Core>
 #include <xsimd/xsimd.hpp>
 
-#include "polyattn/cache/cache_line.hpp"
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/core/thread_pool.hpp"
 #include "polyattn/exec/cpu/attend_block.hpp"
 #include "polyattn/exec/cpu/kernels.hpp"
+#include "polyattn/exec/cpu/scratch_floats.hpp"
 
 namespace polyattn::exec::cpu {
 
@@ -46,7 +46,7 @@ struct ExecutorState {
   std::vector<std::span<const QueryJob>> blocks;  // the plan: query blocks, and rows for the decode kernel
   std::vector<QueryJob> single;
   std::vector<SoftmaxState<float>> states;  // the decode kernel's per-(unit, query head) results
-  polyattn::detail::CacheLineVector<float> acc;
+  ScratchFloats acc;
 };
 
 /// Smallest chunk a sequence is split into: below this the merge costs more than it saves.
@@ -111,7 +111,7 @@ void attend_rows(ExecutorState& state, const Store& store, const AttendSpec& spe
     const int begin = keys.first + chunk * chunk_len[std::size_t(j)];
     const int end = std::min(keys.end, begin + chunk_len[std::size_t(j)]);
     const std::size_t unit = std::size_t(first_unit[std::size_t(j)] + chunk * H + h0);
-    thread_local polyattn::detail::CacheLineVector<float> q, scores;  // on a cache line: loaded a SIMD vector at a time
+    thread_local ScratchFloats q, scores;
     q.resize(std::size_t(heads_per_task) * G * spec.key_dim);
     scores.resize(std::size_t(G) * kTile);
     const float* q_heads = job.query + std::ptrdiff_t(h0) * G * spec.key_dim;

@@ -17,11 +17,11 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "polyattn/cache/cache_line.hpp"
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/core/row_codec.hpp"
 #include "polyattn/core/row_scales.hpp"
 #include "polyattn/exec/cpu/load_floats.hpp"
+#include "polyattn/exec/cpu/scratch_floats.hpp"
 
 namespace polyattn::exec::cpu {
 
@@ -60,7 +60,7 @@ inline bool scales_finite(const std::int8_t* rows, std::ptrdiff_t stride, int n,
 /// tokens-it-sees path): the run itself, or for an int8 cache its rows decoded into `scratch`
 /// (resized as needed).
 template <class Arch, class T>
-CacheRun<TileElement<T>> tile_rows(const CacheRun<T>& run, int n, RowScales layout, polyattn::detail::CacheLineVector<float>& scratch) {
+CacheRun<TileElement<T>> tile_rows(const CacheRun<T>& run, int n, RowScales layout, ScratchFloats& scratch) {
   if constexpr (is_scaled_int8<T>) {
     scratch.resize(std::size_t(n) * std::size_t(layout.codes));
     decode_int8_rows<Arch>(run.data, run.stride, n, layout, scratch.data());

@@ -13,13 +13,13 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "polyattn/cache/cache_line.hpp"
 #include "polyattn/cache/layout_traits.hpp"
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/core/online_softmax.hpp"
 #include "polyattn/exec/cpu/decode_tile.hpp"
 #include "polyattn/exec/cpu/int8_tile.hpp"
+#include "polyattn/exec/cpu/scratch_floats.hpp"
 #include "polyattn/exec/cpu/softmax_exp.hpp"
 
 namespace polyattn::exec::cpu {
@@ -301,7 +301,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
         const float* run_scores = scores + runs[i].offset;
         if (whole_tile) {
           if constexpr (int8) {
-            thread_local polyattn::detail::CacheLineVector<float> weights;
+            thread_local ScratchFloats weights;
             weights.resize(std::size_t(G) * kTile);
             accumulate_int8_tile<Arch>(run_scores, G, values[i].data, values[i].stride, runs[i].count, spec.value_scales,
                                        weights.data() + runs[i].offset, acc, paced && next[i].count ? &next[i] : nullptr);
@@ -310,7 +310,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
                                   paced && next[i].count ? &next[i] : nullptr);
           }
         } else {
-          thread_local polyattn::detail::CacheLineVector<float> decoded;  // int8: the run decoded to floats (int8_tile.hpp)
+          thread_local ScratchFloats decoded;  // int8: the run decoded to floats (int8_tile.hpp)
           const auto rows = tile_rows<Arch>(values[i], runs[i].count, spec.value_scales, decoded);
           const int first = t + runs[i].offset;
           for (int g = 0; g < G; ++g)
