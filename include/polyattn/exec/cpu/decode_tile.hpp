@@ -45,7 +45,7 @@ namespace detail {
 /// (one group per row being summed); the result holds twice as many groups of S / 2 lanes,
 /// u's and v's groups interleaved, each the sum of its halves. Two-source permutes only.
 template <int S>
-inline __m512 fold_pair(__m512 u, __m512 v) {
+[[gnu::always_inline]] inline __m512 fold_pair(__m512 u, __m512 v) {
   constexpr auto index = [](int half) {
     struct Lanes { int i[16]; } lanes{};
     for (int lane = 0; lane < 16; ++lane) {
@@ -65,7 +65,7 @@ inline __m512 fold_pair(__m512 u, __m512 v) {
 /// two-source permutes (pairing rows r and r + half at each level puts the sums in row order):
 /// 30 permutes and 15 adds per 16 rows. (xsimd 8.1's haddp permutes AVX-512 lanes wrongly.)
 template <class Arch>
-inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows) {
+[[gnu::always_inline]] inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows) {
   using B = xsimd::batch<float, Arch>;
 #if defined(__AVX512F__)
   if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
@@ -292,14 +292,15 @@ inline constexpr int kMaxSliceVectors = 4;
 template <class Arch, int NV>
 inline constexpr int kSliceHeads = std::min(8, kSliceQueryRegisters<Arch> / NV);
 
-/// Scores of `heads` <= NG heads whose keys are slices of one row (SlimK2's packed key row: head
-/// g's at g * group_stride), each slice NV whole vectors, row by row. The NG x NV query vectors
-/// stay in registers for the whole tile, so a row costs each head NV loads and multiply-adds and
-/// no query load. (score_rows, which reloads each query vector every 2 rows, took 1.2-1.3x as
+/// Scores of `heads` <= NG heads whose keys are NV whole vectors, row by row: slices of one row
+/// (SlimK2's packed key row: head g's at g * group_stride), or one key the heads share (MHA, GQA,
+/// MQA: SharedKey, group_stride 0, its NV vectors loaded once a row for all heads). The NG x NV
+/// query vectors stay in registers for the whole tile, so a row costs each head NV multiply-adds
+/// and no query load. (score_rows, which reloads each query vector every 2 rows, took 1.2-1.3x as
 /// long on SlimK2's 6 heads of 64, f32 and f16, with the tile in L2; without sum_each the pass
 /// would take 0.65x, about L2's bandwidth for its 1536-byte rows.) Heads past `heads` are
 /// skipped by a test the compiler unrolls, which keeps the instances to one per NV.
-template <class Arch, int NG, int NV, class T>
+template <class Arch, int NG, int NV, bool SharedKey, class T>
 void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyTile<T>& keys, float* scores) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
@@ -314,11 +315,19 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
     for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
       const T* k = keys.rows + std::ptrdiff_t(std::min(j0 + jj, keys.count - 1)) * keys.stride;
       if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
+      B kv[SharedKey ? NV : 1];
+      if constexpr (SharedKey)
+        for (int i = 0; i < NV; ++i) kv[i] = load_floats<Arch>(k + i * W);
+      const auto key = [&](int g, int i) {
+        if constexpr (SharedKey)
+          return kv[i];
+        else
+          return load_floats<Arch>(k + g * keys.group_stride + i * W);
+      };
       for (int g = 0; g < NG; ++g) {
         if (g >= heads) break;
-        const T* kg = k + g * keys.group_stride;
-        B acc = qv[g][0] * load_floats<Arch>(kg);
-        for (int i = 1; i < NV; ++i) acc = xsimd::fma(qv[g][i], load_floats<Arch>(kg + i * W), acc);
+        B acc = qv[g][0] * key(g, 0);
+        for (int i = 1; i < NV; ++i) acc = xsimd::fma(qv[g][i], key(g, i), acc);
         partial[g][jj] = acc;
       }
     }
@@ -339,17 +348,26 @@ void for_each_head_block(int group, int per_block, const KeyTile<T>& keys, F&& f
   }
 }
 
-/// scores[g][j] for all `group` heads (queries q[group][key_dim]): head slices of up to
-/// kMaxSliceVectors vectors by score_slices, else in blocks of up to 8 heads (4 on AVX2) by
-/// score_rows.
+/// scores[g][j] for all `group` heads (queries q[group][key_dim]): keys of up to
+/// kMaxSliceVectors whole vectors by score_slices (head slices, or a key the heads share), in
+/// blocks of kSliceHeads heads, else in blocks of up to 8 heads (4 on AVX2) by score_rows. A shared
+/// key's groups of 1 and 2 heads (MHA, GQA<2>) get instances of their own, so that no register
+/// holds an unused head's query. Before, score_rows took shared keys of any width: with its query
+/// reloaded for every row, MHA's score pass took 1.5-1.6x as long with its tile in L1 or L2 (key
+/// dim 64, f32 and f16, one core; bench_decode_tile).
 template <class Arch, class T>
 void score_tile(const float* q, int group, const KeyTile<T>& keys, float* scores) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
-  if (keys.group_stride != 0 && keys.dim % W == 0 && keys.dim / W <= kMaxSliceVectors)
+  if (keys.dim % W == 0 && keys.dim / W <= kMaxSliceVectors)
     return with_count<kMaxSliceVectors>(keys.dim / W, [&](auto nv) {
       constexpr int NV = decltype(nv)::value, NG = kSliceHeads<Arch, NV>;
+      if (keys.group_stride == 0 && group <= 2)
+        return with_count<2>(group, [&](auto ng) { score_slices<Arch, decltype(ng)::value, NV, true>(q, keys.dim, group, keys, scores); });
       for_each_head_block(group, NG, keys, [&](int g0, int heads, const KeyTile<T>& block) {
-        score_slices<Arch, NG, NV>(q + g0 * keys.dim, keys.dim, heads, block, scores + g0 * kTile);
+        if (keys.group_stride == 0)
+          score_slices<Arch, NG, NV, true>(q + g0 * keys.dim, keys.dim, heads, block, scores + g0 * kTile);
+        else
+          score_slices<Arch, NG, NV, false>(q + g0 * keys.dim, keys.dim, heads, block, scores + g0 * kTile);
       });
     });
   constexpr int kHeads = kVectorRegisters<Arch> == 32 ? 8 : 4;
