@@ -64,6 +64,8 @@ template <int S>
 /// Lane r of the result = the sum of the lanes of rows[r], r < W. On AVX-512 a tree of
 /// two-source permutes (pairing rows r and r + half at each level puts the sums in row order):
 /// 30 permutes and 15 adds per 16 rows. (xsimd 8.1's haddp permutes AVX-512 lanes wrongly.)
+/// Always inlined: GCC 12 left it a call, and as no vector register survives a call, the score
+/// passes stored and reloaded every query vector they hold in registers around it.
 template <class Arch>
 [[gnu::always_inline]] inline xsimd::batch<float, Arch> sum_each(const xsimd::batch<float, Arch>* rows) {
   using B = xsimd::batch<float, Arch>;
@@ -299,7 +301,8 @@ inline constexpr int kSliceHeads = std::min(8, kSliceQueryRegisters<Arch> / NV);
 /// and no query load. (score_rows, which reloads each query vector every 2 rows, took 1.2-1.3x as
 /// long on SlimK2's 6 heads of 64, f32 and f16, with the tile in L2; without sum_each the pass
 /// would take 0.65x, about L2's bandwidth for its 1536-byte rows.) Heads past `heads` are
-/// skipped by a test the compiler unrolls, which keeps the instances to one per NV.
+/// skipped by a test the compiler unrolls, which keeps the instances to one per NV for slices
+/// (and three for a shared key: score_tile).
 template <class Arch, int NG, int NV, bool SharedKey, class T>
 void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyTile<T>& keys, float* scores) {
   using B = xsimd::batch<float, Arch>;
