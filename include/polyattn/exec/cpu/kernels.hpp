@@ -242,8 +242,14 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // Paced over both passes where the values live in the key rows (SlimK2, XCache), and over
     // every head's passes where adjacent heads read value rows of their own; else all of it is
     // asked for while the first head (h == 0) is scored, or each head's part while that head is
-    // scored (each_head).
-    const bool paced = pace_heads || !(int8 || separate_values);
+    // scored (each_head). int8 rows are paced where the score pass is the lighter part of a
+    // tile's work (SlimK2's 64-wide slices: 1 step a row, against 6 for the value pass): asked
+    // whole during that pass, the next tile's lines came in a burst, and paced SlimK2 int8 took
+    // 0.84-0.88 of the time in 7 of 7 A/Bs; XCache int8 (its 384-wide score pass weighs as much as
+    // its value pass) paced took 1.02-1.14x as long in 7 of 7, so it asks as before (Intel Xeon,
+    // Hnd, L 65536 batch 16 and L 16384 batch 64, medians of 7-9 calls alternated in one process,
+    // the same outputs).
+    const bool paced = pace_heads || (!separate_values && (!int8 || 2 * score_steps < value_steps));
     const bool each_head = new_runs && separate_values && heads > 1 && !paced;
     NextTile next[kTileRuns];
     for (int i = 0; i < run_count; ++i) {
