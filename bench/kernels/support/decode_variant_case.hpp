@@ -12,6 +12,7 @@
 
 #include <polyattn/polyattn.hpp>
 
+#include "support/decode_step.hpp"
 #include "support/roofline.hpp"
 #include "support/variant_inputs.hpp"
 
@@ -41,6 +42,7 @@ void BM_DecodeVariant(benchmark::State& state) {
   RowMatrixXf out(batch, V::output_width(shape));
   read_bandwidth();  // both probes run before any timing
   fma_throughput();
+  warm_up_step(attn, seqs, q, out);
   for (auto _ : state) {
     attn.attend(seqs, q, out);
     benchmark::DoNotOptimize(out.data());
