@@ -29,9 +29,10 @@ inline void report_bandwidth(benchmark::State& state, std::size_t bytes_per_toke
 /// One untimed decode step, run before the timed ones. Google Benchmark 1.7 has no warm-up, and a
 /// case whose step outlasts min_time is timed on one step: before this, the first step after the
 /// cache was filled. That step took 1.3-1.7x as long as the steps after it (Intel Xeon, L 65536,
-/// batch 16, MHA f32: Hnd 191 against 142 ms, Paged<16> 265-310 against 170-200), with the same
-/// kernels in perf and no page faults; the cause is not known. A decode step in use follows the
-/// step before it, over the same cache, so that is the step the benchmarks time.
+/// batch 16, MHA f32: Hnd 191 against 142 ms, Paged<16> 265-310 against 170-200). perf of such a
+/// run shows the same kernels and no kernel time but the fill's page clearing; the cause is not
+/// known. A decode step in use follows the step before it, over the same cache, so that is the
+/// step the benchmarks time.
 template <class A>
 void warm_up_step(A& attn, const std::vector<int>& seqs, ConstMatrixRef q, MatrixRef out) {
   attn.attend(seqs, q, out);
