@@ -42,12 +42,7 @@ void BM_DecodeVariant(benchmark::State& state) {
   RowMatrixXf out(batch, V::output_width(shape));
   read_bandwidth();  // both probes run before any timing
   fma_throughput();
-  warm_up_step(attn, seqs, q, out);
-  for (auto _ : state) {
-    attn.attend(seqs, q, out);
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
-  }
+  time_steps(state, attn, seqs, q, out);
   // Bytes: the cache rows the step reads. Multiply-adds: every query head scores each token
   // (key_dim) and accumulates its value row (value_dim); the variants' query and output maps
   // (a few per step, not per token) are left out.
