@@ -4,6 +4,9 @@
 //   CacheStore(std::span<const TensorSpec> tensors, const CacheConfig&)
 //   static constexpr bool heads_adjacent;    // a token's heads follow one another (Nhd): an
 //                                            // executor reads a tile's rows for all heads together
+//   static constexpr bool heads_paged;       // (optional, false if absent) all heads' rows of a
+//                                            // token lie in one page (Paged<P>): an executor reads a
+//                                            // tile's pages for all heads together
 //   int  open();  void close(int seq);  int length(int seq) const;  bool is_open(int seq) const;
 //   std::uint64_t generation(int seq) const;  // stamp of this opening (tells reopen from growth)
 //   void check_room(int seq, int n) const;   // throws CapacityError, changes nothing

@@ -42,6 +42,7 @@ template <int PageSize, class T>
 class CacheStore<Paged<PageSize>, T> {
  public:
   static constexpr bool heads_adjacent = false;  // head-major pages
+  static constexpr bool heads_paged = true;      // a page holds every head's rows of its tokens
 
   CacheStore(std::span<const TensorSpec> tensors, const CacheConfig& config)
       : table_(config.max_sequences, config.capacity),

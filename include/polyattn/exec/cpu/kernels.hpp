@@ -116,6 +116,16 @@ constexpr bool heads_adjacent() {
     return false;
 }
 
+/// Whether a page of the store holds every head's rows of its tokens (Paged<P>); false for a
+/// view that does not say.
+template <class Store>
+constexpr bool heads_paged() {
+  if constexpr (requires { Store::heads_paged; })
+    return Store::heads_paged;
+  else
+    return false;
+}
+
 /// Most runs of the store a decode tile gathers (the pages of Paged<P>): one tile then takes up
 /// to kTile rows of small pages, so that its fixed costs per head (the softmax step, the
 /// accumulators' loads and stores) are shared by as many rows as Hnd's. With a tile per page,
