@@ -85,7 +85,7 @@ void attend_rows(ExecutorState& state, const Store& store, const AttendSpec& spe
   // time and in DRAM; with all heads in one task a tile's pages are read whole, head after head,
   // and MHA and GQA<2> ran 1.06-1.37x faster at L 65536, batch 16 and L 4096, batch 64 (f32,
   // half, bfloat16, int8), 1.04-1.13x at L 65536, batch 1; MHA f32 at L 1500, batch 16 (in the
-  // L3) ran 1.09-1.15x slower, the other types there within 0.95-1.0 (Intel Xeon, 2 threads,
+  // L3) ran 1.09-1.15x slower, the other cases there 0.93-1.08x as long (Intel Xeon, 2 threads,
   // Paged<16>, medians of 9-41 calls alternated in one process, the same outputs).
   const int heads_per_task = heads_adjacent<Store>() || heads_paged<Store>() ? H : 1;
   const int head_blocks = H / heads_per_task;
