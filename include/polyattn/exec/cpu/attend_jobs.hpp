@@ -1,6 +1,7 @@
 // One attend call of the CPU executor, for the kernels of one xsimd architecture:
-//   decode   one query row per sequence: parallel over (query row, cache head) and, when that
-//            leaves threads idle, over chunks of each sequence (flash-decoding). Chunk results
+//   decode   one query row per sequence: parallel over (query row, cache head; all heads in one
+//            task for Nhd and Paged<P>) and, when that leaves threads idle, over chunks of each
+//            sequence (flash-decoding). Chunk results
 //            are recombined exactly with the online-softmax merge, so one long sequence still
 //            uses every core.
 //   prefill  several consecutive query rows of one sequence (a prefill, an uncached attention):
