@@ -94,10 +94,10 @@ inline void ask_bytes(const void* p, std::ptrdiff_t bytes) {
 }
 
 /// The next tile's rows, asked for while this tile is worked on, so that its reads overlap this
-/// tile's arithmetic. Where the values are rows of their own (MHA, GQA, MQA), row j of this tile's
-/// score pass asks for the next tile's key row j whole (score_step), and its value row j too for
-/// groups of 4 heads or more and for 16-bit and int8 rows (attend_chunk). Where the values live in
-/// the key rows (SlimK2, XCache: the value pass is half or more of a tile's work), the lines are
+/// tile's arithmetic. Where the values are int8 rows of their own (MHA, GQA, MQA), row j of this
+/// tile's score pass asks for the next tile's key row j whole (score_step), and its value row j
+/// too; float and 16-bit rows of their own are paced over both passes (attend_chunk). Where the
+/// values live in the key rows (SlimK2, XCache: the value pass is half or more of a tile's work), the lines are
 /// asked for in order, a few per step of both passes (pace(), score_step, value_step): asking for
 /// each row whole while scoring put all of the next tile's misses behind the score pass, and with
 /// XCache's score pass made faster (rows_per_block) its value pass then had no read in flight;
