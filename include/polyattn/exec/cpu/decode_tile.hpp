@@ -94,12 +94,14 @@ inline void ask_bytes(const void* p, std::ptrdiff_t bytes) {
 }
 
 /// The next tile's rows, asked for while this tile is worked on, so that its reads overlap this
-/// tile's arithmetic. Where the values are int8 rows of their own (MHA, GQA, MQA), row j of this
-/// tile's score pass asks for the next tile's key row j whole (score_step), and its value row j
-/// too; float and 16-bit rows of their own are paced over both passes (attend_chunk). Where the
-/// values live in the key rows (SlimK2, XCache: the value pass is half or more of a tile's work), the lines are
-/// asked for in order, a few per step of both passes (pace(), score_step, value_step): asking for
-/// each row whole while scoring put all of the next tile's misses behind the score pass, and with
+/// tile's arithmetic. Where the values are rows of their own (MHA, GQA, MQA), float and 16-bit
+/// rows in one run are paced over both passes (see below); int8 rows, and each head's part of
+/// Paged<P>'s next pages, are asked for as the keys are scored: row j of this tile's score pass
+/// asks for the next tile's key row j whole (score_step), and its value row j too (attend_chunk).
+/// Where the values live in the key rows (SlimK2, XCache: the value pass is half or more of a
+/// tile's work), the lines are asked for in order, a few per step of both passes (pace(),
+/// score_step, value_step): asking for each row whole while scoring put all of the next tile's
+/// misses behind the score pass, and with
 /// XCache's score pass made faster (rows_per_block) its value pass then had no read in flight;
 /// paced, XCache ran 1.15-1.25x faster (AMD EPYC Zen 4, Hnd, L 65536, batch 16, four alternated
 /// runs). Two other splits measured worse: pacing MHA's rows too (a cursor per row cost its small

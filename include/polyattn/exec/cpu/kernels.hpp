@@ -259,9 +259,10 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // its value pass) paced took 1.02-1.14x as long in 7 of 7, so it asks as before (Intel Xeon,
     // Hnd, L 65536 batch 16 and L 16384 batch 64, medians of 7-9 calls alternated in one process,
     // the same outputs). Float and 16-bit value rows of their own in one run (MHA, GQA, MQA on
-    // Hnd; MQA's one cache head on Nhd: 0.87 of the time) are paced over both passes as well: asked whole while a key row was scored, all of the
-    // next tile's lines were asked during the score pass, the value pass had none in flight, and
-    // perf put 2/3 of MQA f32's score pass on those prefetch loops. Paced, MQA f32 took 0.87-0.88
+    // Hnd; MQA's one cache head on Nhd: 0.87 of the time) are paced over both passes as well:
+    // asked whole while a key row was scored, all of the next tile's lines were asked during the
+    // score pass, the value pass had none in flight, and perf put 2/3 of MQA f32's score pass on
+    // those prefetch loops. Paced, MQA f32 took 0.87-0.88
     // of the time and f16 0.91-0.97, MHA and GQA<2> f32 0.92-0.95, half and bfloat16 0.89-0.91
     // (Intel Xeon, Hnd, L 65536 batch 16; MQA f32 0.87 at batch 64 too, 0.81 at L 4096 batch 64;
     // medians of 9-11 calls alternated in one process, the same outputs), and within the noise
