@@ -94,27 +94,26 @@ inline void ask_bytes(const void* p, std::ptrdiff_t bytes) {
 }
 
 /// The next tile's rows, asked for while this tile is worked on, so that its reads overlap this
-/// tile's arithmetic. Where the values are rows of their own (MHA, GQA, MQA), float and 16-bit
-/// rows in one run are paced over both passes (see below); int8 rows, and each head's part of
-/// Paged<P>'s next pages, are asked for as the keys are scored: row j of this tile's score pass
-/// asks for the next tile's key row j whole (score_step), and its value row j too (attend_chunk).
-/// Where the values live in the key rows (SlimK2, XCache: the value pass is half or more of a
-/// tile's work), the lines are asked for in order, a few per step of both passes (pace(),
-/// score_step, value_step): asking for each row whole while scoring put all of the next tile's
-/// misses behind the score pass, and with
-/// XCache's score pass made faster (rows_per_block) its value pass then had no read in flight;
-/// paced, XCache ran 1.15-1.25x faster (AMD EPYC Zen 4, Hnd, L 65536, batch 16, four alternated
-/// runs). Two other splits measured worse: pacing MHA's rows too (a cursor per row cost its small
-/// int8 rows up to 1.3x), and asking XCache's rows a first part in the score pass and the rest in
-/// the value pass (1.1x slower than in order). It also finds the next pages of Paged<P>, which the
-/// hardware prefetchers cannot guess: there each head asks for its own rows of them, keys and
-/// values (attend_chunk). Lines go into L2 only (prefetcht2): a tile of XCache rows is 96 KiB, more
-/// than L1, and prefetches into L1 ran 1.1-1.2x slower on SlimK2 and XCache. Where a token's heads
-/// are adjacent (Nhd) and the values are rows of their own (MHA, GQA), the next tile's key rows,
-/// then its value rows, all heads' parts, are paced over the steps of every head's passes
-/// (pace(value_steps, heads)): asked whole while the first head was scored, the key rows of all
-/// heads came as one burst and the value rows not at all, and Nhd ran MHA and GQA at about half of
-/// Hnd's speed.
+/// tile's arithmetic. Where the values are rows of their own (MHA, GQA, MQA), float and 16-bit rows
+/// in one run are paced over both passes (see below); int8 rows, and each head's part of Paged<P>'s
+/// next pages, are asked for as the keys are scored: row j of this tile's score pass asks for the
+/// next tile's key row j whole (score_step), and its value row j too (attend_chunk). Where the
+/// values live in the key rows (SlimK2, XCache: the value pass is half or more of a tile's work),
+/// the lines are asked for in order, a few per step of both passes (pace(), score_step,
+/// value_step): asking for each row whole while scoring put all of the next tile's misses behind
+/// the score pass, and with XCache's score pass made faster (rows_per_block) its value pass then
+/// had no read in flight; paced, XCache ran 1.15-1.25x faster (AMD EPYC Zen 4, Hnd, L 65536, batch
+/// 16, four alternated runs). Two other splits measured worse: pacing MHA's rows too (a cursor per
+/// row cost its small int8 rows up to 1.3x), and asking XCache's rows a first part in the score
+/// pass and the rest in the value pass (1.1x slower than in order). It also finds the next pages of
+/// Paged<P>, which the hardware prefetchers cannot guess: there each head asks for its own rows of
+/// them, keys and values (attend_chunk). Lines go into L2 only (prefetcht2): a tile of XCache rows
+/// is 96 KiB, more than L1, and prefetches into L1 ran 1.1-1.2x slower on SlimK2 and XCache. Where
+/// a token's heads are adjacent (Nhd) and the values are rows of their own (MHA, GQA), the next
+/// tile's key rows, then its value rows, all heads' parts, are paced over the steps of every head's
+/// passes (pace(value_steps, heads)): asked whole while the first head was scored, the key rows of
+/// all heads came as one burst and the value rows not at all, and Nhd ran MHA and GQA at about half
+/// of Hnd's speed.
 struct NextTile {
   /// The lines of the next tile's rows (`count` of them) of one kind: `bytes` bytes of each row,
   /// rows `stride` bytes apart from `first` (the first byte read); and the next line to ask for

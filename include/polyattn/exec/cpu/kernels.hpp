@@ -249,32 +249,36 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       }
       return next;
     };
-    // Paced over both passes where the values live in the key rows (SlimK2, XCache), and over
-    // every head's passes where adjacent heads read value rows of their own; else all of it is
-    // asked for while the first head (h == 0) is scored, or each head's part while that head is
-    // scored (each_head). int8 rows are paced where the score pass is the lighter part of a
-    // tile's work (SlimK2's 64-wide slices: 1 step a row, against 6 for the value pass): asked
-    // whole during that pass, the next tile's lines came in a burst, and paced SlimK2 int8 took
-    // 0.84-0.88 of the time in 7 of 7 A/Bs; XCache int8 (its 384-wide score pass weighs as much as
-    // its value pass) paced took 1.02-1.14x as long in 7 of 7, so it asks as before (Intel Xeon,
-    // Hnd, L 65536 batch 16 and L 16384 batch 64, medians of 7-9 calls alternated in one process,
-    // the same outputs). Float and 16-bit value rows of their own in one run (MHA, GQA, MQA on
-    // Hnd; MQA's one cache head on Nhd: 0.87 of the time) are paced over both passes as well:
-    // asked whole while a key row was scored, all of the next tile's lines were asked during the
-    // score pass, the value pass had none in flight, and perf put 2/3 of MQA f32's score pass on
-    // those prefetch loops. Paced, MQA f32 took 0.87-0.88
-    // of the time and f16 0.91-0.97, MHA and GQA<2> f32 0.92-0.95, half and bfloat16 0.89-0.91
-    // (Intel Xeon, Hnd, L 65536 batch 16; MQA f32 0.87 at batch 64 too, 0.81 at L 4096 batch 64;
-    // medians of 9-11 calls alternated in one process, the same outputs), and within the noise
-    // or faster at L 1500 (in the L3) and batch 1. int8 rows ask as before (MQA int8 paced:
-    // 1.03-1.05x as long; MHA's small int8 rows 1.3x with a cursor per row, see NextTile); new
-    // runs (Paged<P>'s pages) ask each head's part as it is scored (each_head).
-    const bool paced_values = separate_values && !int8 && !new_runs;
+    // Paced over both passes where the values live in the key rows (SlimK2, XCache), and over every
+    // head's passes where adjacent heads read value rows of their own; else all of it is asked for
+    // while the first head (h == 0) is scored, or each head's part while that head is scored
+    // (each_head). int8 rows are paced where the score pass is the lighter part of a tile's work
+    // (SlimK2's 64-wide slices: 1 step a row, against 6 for the value pass): asked whole during
+    // that pass, the next tile's lines came in a burst, and paced SlimK2 int8 took 0.84-0.88 of the
+    // time in 7 of 7 A/Bs; XCache int8 (its 384-wide score pass weighs as much as its value pass)
+    // paced took 1.02-1.14x as long in 7 of 7, so it asks as before (Intel Xeon, Hnd, L 65536 batch
+    // 16 and L 16384 batch 64, medians of 7-9 calls alternated in one process, the same outputs).
+    // Float and 16-bit value rows of their own in one run (MHA, GQA, MQA on Hnd; MQA's one cache
+    // head on Nhd: 0.87 of the time) are paced over both passes as well: asked whole while a key
+    // row was scored, all of the next tile's lines were asked during the score pass, the value pass
+    // had none in flight, and perf put 2/3 of MQA f32's score pass on those prefetch loops. Paced,
+    // MQA f32 took 0.87-0.88 of the time and f16 0.91-0.97, MHA and GQA<2> f32 0.92-0.95, half and
+    // bfloat16 0.89-0.91 (Intel Xeon, Hnd, L 65536 batch 16; MQA f32 0.87 at batch 64 too, 0.81 at
+    // L 4096 batch 64; medians of 9-11 calls alternated in one process, the same outputs), and
+    // within the noise or faster at L 1500 (in the L3) and batch 1. int8 rows ask as before (MQA
+    // int8 paced: 1.03-1.05x as long; MHA's small int8 rows 1.3x with a cursor per row, see
+    // NextTile); new runs and Paged<P>'s pages ask each head's part as it is scored (each_head).
+    // A page of Paged<P> holds each head's rows as a block of its own, so a task's heads ask for
+    // their own parts of the next tile even within a page (P > kTile): with head 0's asks only, MHA
+    // and GQA<2> on Paged<256> took 1.06-1.28x as long (L 65536 batch 16, L 4096 batch 64).
+    const bool heads_apart = heads_paged<Store>() && heads > 1;
+    const bool paced_values = separate_values && !int8 && !new_runs && !heads_apart;
     const bool paced = pace_heads || paced_values || (!separate_values && (!int8 || 2 * score_steps < value_steps));
-    const bool each_head = new_runs && separate_values && heads > 1 && !paced;
+    const bool blocks_apart = (new_runs || heads_apart) && separate_values;  // a head's next rows: a block of its own
+    const bool each_head = blocks_apart && heads > 1 && !paced;
     NextTile next[kTileRuns];
     for (int i = 0; i < run_count; ++i) {
-      next[i] = next_tile_of(0, i, ask_values || pace_heads || (new_runs && separate_values));
+      next[i] = next_tile_of(0, i, ask_values || pace_heads || blocks_apart);
       next[i].pace(paced ? value_steps : 0, pace_heads ? heads : 1, score_steps);
     }
     for (int h = 0; h < heads; ++h) {
