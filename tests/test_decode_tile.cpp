@@ -3,15 +3,17 @@
 // must not depend on which rows share its block: each is checked bit for bit against the same
 // row scored alone, and against a double dot product within the float bound dim * u * sum |q k|. Group sizes 1-12 (two head blocks past 8), widths with a
 // scalar tail, tiles not a multiple of R; float and half keys; AVX2 and, where built, AVX-512.
-// And the paced prefetch cursor (NextTile) reaches every line of the next tile within a tile's
-// steps, whose count (value_steps_per_row) is the value pass's own, value rows, several heads'
-// passes and score steps weighted as several value steps included.
+// And the next tile's paced asks (NextTile) cover every line of its rows and reach all of them
+// within a tile's vector loads, whose counts per row (score_loads_per_row, value_loads_per_row)
+// are the passes' own.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
+#include <set>
 #include <vector>
 
 #include <Eigen/Core>
@@ -79,81 +81,100 @@ TEST_CASE("the decode score pass: each row's scores are the row's own, whatever 
 #endif
 }
 
-TEST_CASE("the next tile's paced asks reach every line within the tile's steps") {
-  alignas(64) static char rows[10 * 2048];
-  for (const int bytes : {130, 256, 1536})
-    for (const int value_steps : {1, 6, 24})
-      for (const int score_weight : {1, 6}) {  // a scored row as 1 or 6 value steps' work (score_steps_per_row)
-        polyattn::exec::cpu::NextTile next{{rows, 2048, bytes}, {}, 10};
-        next.pace(value_steps, 1, score_weight);
-        INFO("bytes ", bytes, ", value steps per row ", value_steps, ", score weight ", score_weight);
-        REQUIRE(next.per_step > 0);
-        CHECK(next.score_lines == score_weight * next.per_step);
-        const int per_row = (bytes + 63) / 64;
-        int steps = 0;
-        for (int j = 0; j < next.count; ++j) {  // as attend_chunk: a score step per row, then the value steps
-          next.score_step(j), ++steps;
-          if (j == 0)  // a score step asks for its weight's lines, or all there are
-            CHECK(next.keys.row * per_row + next.keys.offset / 64 == std::min(next.score_lines, next.count * per_row));
-        }
-        while (next.keys.row < next.count && steps < next.count * (1 + value_steps)) next.value_step(), ++steps;
-        CHECK(next.keys.row == next.count);
-        CHECK(next.keys.offset == 0);
-      }
-  // Adjacent heads with value rows of their own (Nhd MHA/GQA): the key rows, then the value rows,
-  // over the steps of every head's passes.
-  alignas(64) static char values[10 * 2048];
-  for (const int heads : {2, 6})
-    for (const int value_steps : {1, 2}) {
-      polyattn::exec::cpu::NextTile next{{rows, 2048, heads * 256}, {}, 10};
-      next.values = {values, 2048, heads * 256 - 64};
-      next.pace(value_steps, heads);
-      INFO("heads ", heads, ", value steps per row ", value_steps);
-      int steps = 0;
-      for (int h = 0; h < heads; ++h)
-        for (int j = 0; j < next.count; ++j) {
-          next.score_step(j), ++steps;
-          for (int v = 0; v < value_steps; ++v) next.value_step(), ++steps;
-        }
-      CHECK(steps == heads * next.count * (1 + value_steps));
-      CHECK(next.keys.row == next.count);
-      CHECK(next.values.row == next.count);
-      CHECK(next.values.offset == 0);
-    }
-  polyattn::exec::cpu::NextTile whole{{rows, 2048, 1536}, {}, 10};
-  whole.pace(0);  // unpaced: row j whole as row j is scored, no cursor
-  CHECK(whole.per_step == 0);
-  whole.score_step(3);
-  whole.value_step();
-  whole.ask_rest();
-  CHECK(whole.keys.row == 0);
+TEST_CASE("the next tile's paced asks reach every line of its rows within the tile's loads") {
+  using polyattn::exec::cpu::NextTile;
+  alignas(64) static char keys[20 * 1536], values[20 * 1536];
+  // Rows that follow one another (stride == bytes), key rows alone or with value rows, lines
+  // per row of 1-24, a row from a line's start or not, one head's passes or six heads'.
+  for (const int bytes : {64, 68, 130, 256, 1536})
+    for (const int offset : {0, 4})
+      for (const bool with_values : {false, true})
+        for (const int loads : {4, 8, 48})
+          for (const int heads : {1, 6}) {
+            NextTile next{{keys + offset, bytes, bytes}, {}, 10};
+            if (with_values) next.values = {values + offset, bytes, bytes};
+            next.pace(loads, heads);
+            INFO("bytes ", bytes, ", offset ", offset, ", values ", with_values, ", loads per row ", loads, ", heads ", heads);
+            REQUIRE(next.paced());
+            // Every line a row's bytes touch is in the sequence, and nothing else.
+            std::set<const char*> lines, wanted;
+            for (int k = 0; k < next.line_count; ++k) lines.insert(next.line(k));
+            for (const char* base : {keys + offset, with_values ? values + offset : nullptr})
+              for (int j = 0; base && j < next.count; ++j)
+                for (int b = 0; b < bytes; ++b)
+                  wanted.insert(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(base + j * bytes + b) / 64 * 64));
+            CHECK(lines == wanted);
+            CHECK(int(lines.size()) == next.line_count);
+            // The tile's loads: one tick each, over every head's passes.
+            const int ticks = heads * next.count * loads;
+            int left = polyattn::exec::cpu::asks_left(&next);
+            for (int t = 0; t < ticks; ++t) polyattn::exec::cpu::tick_asks(&next, left);
+            polyattn::exec::cpu::keep_asks_left(&next, left);
+            if (ticks >= next.line_count)  // a line every `spacing` loads: all of them by the tile's end
+              CHECK(next.asked == next.line_count);
+            else  // more lines than loads: one a load, the rest at the tile's end
+              CHECK(next.asked == ticks);
+            next.ask_rest();
+            CHECK(next.asked == next.line_count);
+          }
+  // Rows with gaps between them (a head's part of Nhd rows): not paced, asked row by row.
+  NextTile apart{{keys, 256, 128}, {}, 10};
+  apart.pace(8);
+  CHECK_FALSE(apart.paced());
+  apart.score_step(3);
+  apart.ask_rest();
+  CHECK(apart.asked == 0);
+  NextTile whole{{keys, 1536, 1536}, {}, 10};
+  whole.pace(0);  // unpaced: row j whole as row j is scored, no sequence
+  CHECK_FALSE(whole.paced());
+  CHECK(whole.line_count == 0);
 }
 
 namespace {
 
-/// accumulate_tile calls value_step value_steps_per_row times per row (the pacing's step count).
+/// A NextTile that asks for a line at every tick, from a sequence longer than any test's ticks:
+/// `asked` counts the ticks.
+polyattn::exec::cpu::NextTile tick_counter() {
+  alignas(64) static char lines[1 << 22];
+  polyattn::exec::cpu::NextTile counter;
+  counter.count = 1;
+  counter.spacing = counter.countdown = 1;
+  counter.key_lines = counter.value_lines = lines;
+  counter.key_line_count = counter.line_count = int(sizeof lines / 64);
+  return counter;
+}
+
+/// Each pass ticks its NextTile once per vector load of a row: score_loads_per_row and
+/// value_loads_per_row, the counts NextTile::pace spreads the asks over.
 template <class Arch>
-void check_value_steps() {
-  alignas(64) static char lines[1 << 20];
+void check_ticks() {
   for (const int group : {1, 2, 6, 7, 12})
-    for (const int dim : {64, 72, 384}) {
-      const int n = 5;
-      std::vector<float> p(std::size_t(group) * kTile, 0.5f), rows(std::size_t(n) * dim, 1.0f), acc(std::size_t(group) * dim);
-      polyattn::exec::cpu::NextTile cursor{{lines, 64, 64}, {}, int(sizeof lines / 64)};  // a line per row: row = lines asked
-      cursor.per_step = 1;
-      polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, rows.data(), dim, n, acc.data(), dim, &cursor);
+    for (const int dim : {16, 32, 64, 72, 384}) {
+      std::vector<float> p(std::size_t(group) * kTile, 0.5f), acc(std::size_t(group) * dim);
+      std::vector<float> rows(std::size_t(kTile) * group * dim, 0.25f), q(std::size_t(group) * dim, 1.0f), scores(std::size_t(group) * kTile);
       INFO("group ", group, ", dim ", dim);
-      CHECK(cursor.keys.row == n * polyattn::exec::cpu::value_steps_per_row<Arch>(group, dim));
+      for (const int n : {5, kTile}) {
+        auto counter = tick_counter();
+        polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, rows.data(), dim, n, acc.data(), dim, &counter);
+        CHECK(counter.asked == n * polyattn::exec::cpu::value_loads_per_row<Arch>(group, dim));
+      }
+      for (const bool shared : {true, false}) {  // the score pass over a whole tile (blocks of W rows)
+        auto counter = tick_counter();
+        const KeyTile<float> tile{rows.data(), shared ? dim : group * dim, shared ? 0 : dim, dim, kTile, &counter};
+        polyattn::exec::cpu::score_tile<Arch>(q.data(), group, tile, scores.data());
+        INFO((shared ? "shared key" : "a slice per head"));
+        CHECK(counter.asked == kTile * polyattn::exec::cpu::score_loads_per_row<Arch>(group, dim, shared));
+      }
     }
 }
 
 }  // namespace
 
-TEST_CASE("the value pass takes value_steps_per_row steps per row") {
+TEST_CASE("each pass ticks the next tile's asks once per vector load of a row") {
 #if defined(__AVX2__) && defined(__FMA__)
-  SUBCASE("AVX2") { check_value_steps<xsimd::fma3<xsimd::avx2>>(); }
+  SUBCASE("AVX2") { check_ticks<xsimd::fma3<xsimd::avx2>>(); }
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  SUBCASE("AVX-512") { check_value_steps<xsimd::avx512bw>(); }
+  SUBCASE("AVX-512") { check_ticks<xsimd::avx512bw>(); }
 #endif
 }

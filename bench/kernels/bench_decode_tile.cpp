@@ -93,11 +93,11 @@ void BM_DecodeTile(benchmark::State& state) {
       if (pass == 2 && t + 1 < tiles) {  // the next tile's rows, asked for as attend_chunk asks (Hnd)
         const std::ptrdiff_t stride = std::ptrdiff_t(s.row) * std::ptrdiff_t(sizeof(T));
         next.keys = {reinterpret_cast<const char*>(keys + first + std::ptrdiff_t(kTile) * s.row), stride, s.row * int(sizeof(T))};
-        if (!s.values_in_key_rows && (s.group >= 4 || sizeof(T) < sizeof(float)))
+        if (!s.values_in_key_rows)
           next.values = {reinterpret_cast<const char*>(values + first + std::ptrdiff_t(kTile) * s.row), stride, s.row * int(sizeof(T))};
         next.count = kTile;
-        const int value_steps = polyattn::exec::cpu::value_steps_per_row<Arch>(s.group, s.value_dim);
-        next.pace(s.values_in_key_rows ? value_steps : 0, 1, polyattn::exec::cpu::score_steps_per_row(s.key_dim, s.value_dim, value_steps));
+        next.pace(polyattn::exec::cpu::score_loads_per_row<Arch>(s.group, s.key_dim, s.group_stride == 0) +
+                  polyattn::exec::cpu::value_loads_per_row<Arch>(s.group, s.value_dim));
       }
       polyattn::exec::cpu::NextTile* asks = next.count ? &next : nullptr;
       if (pass != 1) {

@@ -86,97 +86,113 @@ template <class Arch>
 }
 
 /// Asks for the cache lines of `bytes` bytes from p; Write and Locality as __builtin_prefetch
-/// takes them (Locality 1: into L2, 3: into L1).
+/// takes them (Locality 1: into L2, 3: into L1). Always inlined, as is every function below whose
+/// only effect is to ask: GCC 12 took such a function, left out of line, for one without effects
+/// and dropped the calls (int8 MQA's score pass asked for nothing and ran 1.3x as long).
 template <int Write = 0, int Locality = 3>
-inline void ask_bytes(const void* p, std::ptrdiff_t bytes) {
+[[gnu::always_inline]] inline void ask_bytes(const void* p, std::ptrdiff_t bytes) {
   const char* first = static_cast<const char*>(p);
   for (std::ptrdiff_t b = 0; b < bytes; b += 64) __builtin_prefetch(first + b, Write, Locality);
 }
 
 /// The next tile's rows, asked for while this tile is worked on, so that its reads overlap this
-/// tile's arithmetic. Where the values are rows of their own (MHA, GQA, MQA), float and 16-bit rows
-/// in one run are paced over both passes (see below); int8 rows, and each head's part of Paged<P>'s
-/// next pages, are asked for as the keys are scored: row j of this tile's score pass asks for the
-/// next tile's key row j whole (score_step), and its value row j too (attend_chunk). Where the
-/// values live in the key rows (SlimK2, XCache: the value pass is half or more of a tile's work),
-/// the lines are asked for in order, a few per step of both passes (pace(), score_step,
-/// value_step): asking for each row whole while scoring put all of the next tile's misses behind
-/// the score pass, and with XCache's score pass made faster (rows_per_block) its value pass then
-/// had no read in flight; paced, XCache ran 1.15-1.25x faster (AMD EPYC Zen 4, Hnd, L 65536, batch
-/// 16, four alternated runs). Two other splits measured worse: pacing MHA's rows too (a cursor per
-/// row cost its small int8 rows up to 1.3x), and asking XCache's rows a first part in the score
-/// pass and the rest in the value pass (1.1x slower than in order). It also finds the next pages of
-/// Paged<P>, which the hardware prefetchers cannot guess: there each head asks for its own rows of
-/// them, keys and values (attend_chunk). Lines go into L2 only (prefetcht2): a tile of XCache rows
-/// is 96 KiB, more than L1, and prefetches into L1 ran 1.1-1.2x slower on SlimK2 and XCache. Where
-/// a token's heads are adjacent (Nhd) and the values are rows of their own (MHA, GQA), the next
-/// tile's key rows, then its value rows, all heads' parts, are paced over the steps of every head's
-/// passes (pace(value_steps, heads)): asked whole while the first head was scored, the key rows of
-/// all heads came as one burst and the value rows not at all, and Nhd ran MHA and GQA at about half
-/// of Hnd's speed.
+/// tile's arithmetic. Paced (pace()): the lines one at a time, one every `spacing` vector loads of
+/// this tile's passes (tick_asks), the key rows' lines first, then the value rows', so that the
+/// asks are spread evenly over both passes. Asked in bursts, they held the core: a row whole as it
+/// was scored put the next tile's misses behind the score pass, and a few lines per step of work
+/// (the pacing before this one) put 42% of XCache f32's score pass on the prefetch after each
+/// burst (perf); a synthetic stream with XCache's work per byte read 36 GB/s with one ask every 2
+/// loads against 27-30 with bursts of 2-8 (Intel Xeon, 2 threads; see attend_chunk for the
+/// kernels' figures). Unpaced (pace(0): each head's part of Paged<P>'s next pages, and rows that
+/// do not follow one another): row j of the score pass asks for the next tile's key row j whole
+/// (score_step), and its value row j too. Lines go into L2 only (prefetcht2): a tile of XCache
+/// rows is 96 KiB, more than L1, and prefetches into L1 ran 1.1-1.2x slower on SlimK2 and XCache.
 struct NextTile {
   /// The lines of the next tile's rows (`count` of them) of one kind: `bytes` bytes of each row,
-  /// rows `stride` bytes apart from `first` (the first byte read); and the next line to ask for
-  /// when paced (row, offset).
+  /// rows `stride` bytes apart from `first` (the first byte read).
   struct Lines {
     const char* first = nullptr;  // nullptr: none
     std::ptrdiff_t stride = 0;
     int bytes = 0;
-    int row = 0, offset = 0;
 
     int per_row() const { return first ? (bytes + 63) / 64 : 0; }
     /// Asks for row j whole.
-    void ask_row(int j) const {
+    [[gnu::always_inline]] void ask_row(int j) const {
       if (first) ask_bytes<0, 1>(first + j * stride, bytes);
-    }
-    /// Asks for up to `lines` lines in order, up to the end of row count - 1; returns how many
-    /// were left unasked.
-    int ask(int lines, int count) {
-      if (!first) return lines;
-      for (; lines > 0 && row < count; --lines) {
-        __builtin_prefetch(first + row * stride + offset, 0, 1);
-        offset += 64;
-        if (offset >= bytes) offset = 0, ++row;
-      }
-      return lines;
     }
   };
   Lines keys;          // the next tile's key rows (the part the tile reads)
   Lines values;        // value rows of their own (first nullptr: none; see attend_chunk for which groups)
   int count = 0;       // rows to ask for (0: nothing)
-  int per_step = 0;    // paced: lines per step of work; 0: row j whole as row j is scored
-  int score_lines = 0; // paced: lines per scored row (score_weight steps)
+  int spacing = 0;     // paced: vector loads per line asked; 0: row j whole as row j is scored
+  int countdown = 0;   // paced: loads until the next ask
+  // Paced: the next tile's lines as one sequence, line k at line(k): the key rows' lines, then
+  // the value rows'.
+  const char* key_lines = nullptr;    // the key rows' first line
+  const char* value_lines = nullptr;  // the value rows' first line, less key_line_count lines
+  int key_line_count = 0, line_count = 0, asked = 0;
 
-  /// Paces the asks (key rows, then value rows if any) over a tile's work, for each of `heads`
-  /// heads: `count` scored rows of `score_weight` steps each (score_steps_per_row: a scored row
-  /// can be several value steps' work) and value_steps per row; value_steps 0: row by row as the
-  /// rows are scored, value row j with key row j.
-  void pace(int value_steps, int heads = 1, int score_weight = 1) {
-    if (value_steps == 0 || count == 0) return void(per_step = score_lines = 0);
-    const int lines = count * (keys.per_row() + values.per_row());
-    const int steps = heads * count * (score_weight + value_steps);
-    per_step = (lines + steps - 1) / steps;
-    score_lines = per_step * score_weight;
+  /// Paces the asks over a tile's work: `loads_per_row` vector loads of both passes per row of the
+  /// tile (score_loads_per_row + value_loads_per_row), for each of `heads` heads whose passes
+  /// tick it; 0: unpaced. Only where each kind's rows follow one another (stride == bytes: Hnd,
+  /// Nhd with every head's part, a page's block), so that the lines are one span per kind.
+  void pace(int loads_per_row, int heads = 1) {
+    spacing = 0;
+    asked = key_line_count = line_count = 0;
+    if (loads_per_row == 0 || count == 0 || !spans(keys) || !spans(values)) return;
+    const auto span = [&](const Lines& l, const char*& at) {
+      if (!l.first) return 0;
+      const auto begin = reinterpret_cast<std::uintptr_t>(l.first) / 64 * 64;
+      const auto end = (reinterpret_cast<std::uintptr_t>(l.first) + std::uintptr_t(count) * std::uintptr_t(l.bytes) + 63) / 64 * 64;
+      at = l.first - (reinterpret_cast<std::uintptr_t>(l.first) - begin);
+      return int((end - begin) / 64);
+    };
+    key_line_count = span(keys, key_lines);
+    const int value_line_count = span(values, value_lines);
+    value_lines -= std::ptrdiff_t(key_line_count) * 64;
+    line_count = key_line_count + value_line_count;
+    spacing = std::max(1, heads * count * loads_per_row / std::max(1, line_count));
+    countdown = spacing;
   }
-  /// Row j of this tile is being scored.
-  void score_step(int j) {
-    if (per_step > 0) return ask_lines(score_lines);
-    if (j >= count) return;
+  /// Row j of this tile is being scored (unpaced only).
+  [[gnu::always_inline]] void score_step(int j) const {
+    if (spacing > 0 || j >= count) return;
     keys.ask_row(j);
     values.ask_row(j);
   }
   /// Whether the value pass asks for part of the next tile.
-  bool paced() const { return per_step > 0; }
-  /// A step of the value pass (paced only).
-  void value_step() { ask_lines(per_step); }
+  bool paced() const { return spacing > 0; }
+  /// Line k < line_count of the paced sequence.
+  const char* line(int k) const { return (k < key_line_count ? key_lines : value_lines) + std::ptrdiff_t(k) * 64; }
+  /// Asks for the next line (paced).
+  [[gnu::always_inline]] void ask_one() {
+    if (asked >= line_count) return;
+    __builtin_prefetch(line(asked), 0, 1);
+    ++asked;
+  }
   /// Every paced line not asked for yet.
-  void ask_rest() {
-    if (per_step > 0) ask_lines(1 << 30);
+  [[gnu::always_inline]] void ask_rest() {
+    while (asked < line_count) ask_one();
   }
 
  private:
-  void ask_lines(int lines) { values.ask(keys.ask(lines, count), count); }
+  static bool spans(const Lines& l) { return !l.first || l.stride == l.bytes; }
 };
+
+/// A NextTile's paced asks as a pass's loop holds them: `left`, the loads until the next ask, in
+/// a register (asks_left), one tick per vector load of the tile's rows (tick_asks), written back
+/// when the loop ends (keep_asks_left). Plain functions on an int: held in an object with a
+/// destructor, GCC 12 kept accumulate_columns' 16-bit accumulators in memory (1.4-1.7x as long).
+inline int asks_left(const NextTile* next) { return next && next->paced() ? next->countdown : 1 << 30; }
+[[gnu::always_inline]] inline void tick_asks(NextTile* next, int& left) {
+  if (--left == 0) {  // never without a paced NextTile: a loop ticks far fewer than 2^30 times
+    left = next->spacing;
+    next->ask_one();
+  }
+}
+inline void keep_asks_left(NextTile* next, int left) {
+  if (next && next->paced()) next->countdown = left;
+}
 
 /// Where a tile's key rows are and how the group reads them.
 template <class T>
@@ -236,6 +252,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
   constexpr int R = SharedKey ? (NG >= 4 ? rows_per_block<Arch, NG>() : 1) : std::min(2, rows_per_block<Arch, NG>());
   const int dim_vec = keys.dim / W * W;
   alignas(64) B partial[NG][W];
+  int asks = asks_left(keys.next);
   for (int j0 = 0; j0 < keys.count; j0 += W) {
     const int m = std::min(W, keys.count - j0);
     for (int jj = 0; jj < W; jj += R) {
@@ -250,7 +267,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
       if constexpr (SharedKey) {
         for (int c = 0; c < dim_vec; c += W) {
           B kv[R];
-          for (int r = 0; r < R; ++r) kv[r] = load_floats<Arch>(k[r] + c);
+          for (int r = 0; r < R; ++r) kv[r] = load_floats<Arch>(k[r] + c), tick_asks(keys.next, asks);
           for (int g = 0; g < NG; ++g) {
             B qv = B::load_unaligned(q + g * q_stride + c);
             if constexpr (R > 1) keep_in_register(qv);
@@ -262,7 +279,10 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
           for (int g = 0; g < NG; ++g) {
             B qv = B::load_unaligned(q + g * q_stride + c);
             if constexpr (R > 1) keep_in_register(qv);
-            for (int r = 0; r < R; ++r) acc[r][g] = xsimd::fma(qv, load_floats<Arch>(k[r] + g * keys.group_stride + c), acc[r][g]);
+            for (int r = 0; r < R; ++r) {
+              acc[r][g] = xsimd::fma(qv, load_floats<Arch>(k[r] + g * keys.group_stride + c), acc[r][g]);
+              tick_asks(keys.next, asks);
+            }
           }
       }
       for (int r = 0; r < R; ++r)
@@ -280,6 +300,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
         }
       }
   }
+  keep_asks_left(keys.next, asks);
 }
 
 /// Vector registers score_slices holds query vectors in; the rest hold a row's slice, the sums
@@ -315,13 +336,14 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
       keep_in_register(qv[g][i]);
     }
   alignas(64) B partial[NG][W];
+  int asks = asks_left(keys.next);
   for (int j0 = 0; j0 < keys.count; j0 += W) {
     for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
       const T* k = keys.rows + std::ptrdiff_t(std::min(j0 + jj, keys.count - 1)) * keys.stride;
       if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
       B kv[SharedKey ? NV : 1];
       if constexpr (SharedKey)
-        for (int i = 0; i < NV; ++i) kv[i] = load_floats<Arch>(k + i * W);
+        for (int i = 0; i < NV; ++i) kv[i] = load_floats<Arch>(k + i * W), tick_asks(keys.next, asks);
       const auto key = [&](int g, int i) {
         if constexpr (SharedKey)
           return kv[i];
@@ -333,10 +355,13 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
         B acc = qv[g][0] * key(g, 0);
         for (int i = 1; i < NV; ++i) acc = xsimd::fma(qv[g][i], key(g, i), acc);
         partial[g][jj] = acc;
+        if constexpr (!SharedKey)  // a tick per load of the head's slice
+          for (int i = 0; i < NV; ++i) tick_asks(keys.next, asks);
       }
     }
     for (int g = 0; g < heads; ++g) sum_each<Arch>(partial[g]).store_unaligned(scores + g * kTile + j0);
   }
+  keep_asks_left(keys.next, asks);
 }
 
 /// Calls f(g0, heads, block) for each block of up to `per_block` heads of a group, g0 its first
@@ -386,6 +411,19 @@ void score_tile(const float* q, int group, const KeyTile<T>& keys, float* scores
   });
 }
 
+/// Vector loads of each row of a tile in score_tile's pass that asks for the next tile (its
+/// first block of heads): the key's whole vectors once where the heads share it, else each head's
+/// slice: the pass's ticks (tick_asks).
+template <class Arch>
+constexpr int score_loads_per_row(int group, int key_dim, bool shared_key) {
+  constexpr int W = int(xsimd::batch<float, Arch>::size);
+  const int vectors = key_dim / W;
+  if (shared_key || vectors == 0) return vectors;
+  const bool slices = key_dim % W == 0 && vectors <= kMaxSliceVectors;
+  const int block = slices ? std::min(8, kSliceQueryRegisters<Arch> / vectors) : (kVectorRegisters<Arch> == 32 ? 8 : 4);
+  return std::min(group, block) * vectors;
+}
+
 /// Where weight (vector g, token j) of a tile is: decode's scores are [head][kTile], w[g * kTile
 /// + j]; a prefill block's (attend_block.hpp) are [token][lanes], w[j * lanes + g]. Decode's stride
 /// stays a compile-time constant: with a run-time one, one A/B had decode 3-5% slower (about this VM's noise).
@@ -406,11 +444,11 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, const T* rows, 
   B a[NG][NC];
   for (int g = 0; g < NG; ++g)
     for (int i = 0; i < NC; ++i) a[g][i] = B::load_unaligned(acc + g * acc_stride + c + i * W);
+  int asks = asks_left(next);
   for (int j = 0; j < n; ++j) {
     const T* r = rows + std::ptrdiff_t(j) * stride + c;
-    if (next) next->value_step();
     B v[NC];
-    for (int i = 0; i < NC; ++i) v[i] = load_floats<Arch>(r + i * W);
+    for (int i = 0; i < NC; ++i) v[i] = load_floats<Arch>(r + i * W), tick_asks(next, asks);
     for (int g = 0; g < NG; ++g) {
       const B x(w[at(g, j)]);
       for (int i = 0; i < NC; ++i) a[g][i] = xsimd::fma(x, v[i], a[g][i]);
@@ -418,6 +456,7 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, const T* rows, 
   }
   for (int g = 0; g < NG; ++g)
     for (int i = 0; i < NC; ++i) a[g][i].store_unaligned(acc + g * acc_stride + c + i * W);
+  keep_asks_left(next, asks);
 }
 
 /// Query vectors accumulate_weights takes in one pass over a column block: 6 x 4 accumulators
@@ -434,25 +473,12 @@ inline constexpr int kBlockValueVectors = 6;
 template <class Arch>
 inline constexpr int kBlockValueColumns = kVectorRegisters<Arch> == 32 ? 4 : 2;
 
-/// Passes of accumulate_tile over each row of a tile (each calls NextTile::value_step once per
-/// row): one per column block of 4 or 1 vectors and block of kValueVectors heads.
+/// Vector loads of each row of a tile in the value pass (accumulate_weights: each whole vector of
+/// the row once per block of kValueVectors heads): the pass's ticks (tick_asks).
 template <class Arch>
-constexpr int value_steps_per_row(int group, int dim) {
+constexpr int value_loads_per_row(int group, int dim) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
-  return (dim / (4 * W) + dim % (4 * W) / W) * ((group + kValueVectors<Arch> - 1) / kValueVectors<Arch>);
-}
-
-/// NextTile's weight of a scored row: its multiply-adds (group x key_dim) in value steps (each
-/// group x dim / value_steps, where value_steps = value_steps_per_row(group, dim)), at least 1.
-/// XCache's 384-wide shared key weighs 6: its score pass is half of a tile's work, yet at one
-/// step per scored row it asked for only a seventh of the next tile's lines, and the value pass
-/// for the rest. So weighted, XCache f32 and f16 took 0.93-1.00 of the time in median (Intel Xeon,
-/// Hnd, batch 16 at L 65536 and batch 64 at L 16384; 8 A/Bs of 11-21 calls alternated in one
-/// process, the same outputs); against weight 1, a weight of 3 took 1.01-1.07 (two A/Bs) and one
-/// of 13 1.09-1.15 (one) of the time.
-/// SlimK2's 64-wide slices weigh 1, as before.
-constexpr int score_steps_per_row(int key_dim, int dim, int value_steps) {
-  return std::max(1, (key_dim * value_steps + dim / 2) / dim);
+  return dim / W * ((group + kValueVectors<Arch> - 1) / kValueVectors<Arch>);
 }
 
 /// acc[g][:] += sum_j w(g, j) row_j[:] for `m` query vectors (weight (g, j) at w[at(g, j)]),

@@ -176,24 +176,18 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
   // With adjacent heads, the next tile is asked for from the first head's row to the last's.
   int ask_end = read_end;
   if constexpr (heads_adjacent<Store>()) ask_end += (heads - 1) * store.tensors()[std::size_t(spec.key_tensor)].dim;
-  // Separate value rows read by 4 heads or more (MQA) are asked for with the keys: perf put half
-  // of the value pass on the first loads of each value row, which the hardware prefetchers did
-  // not cover. So asked, int8 ran 1.05-1.19x faster in two A/Bs, f16 1.06-1.15x in one and within
-  // the noise in the other, f32 within the noise (AMD EPYC Zen 4, Hnd, L 65536, batch 16, three
-  // alternated rounds each, best of 8). With MHA's and GQA<2>'s shorter tiles the extra asks ran
-  // slower (1.1x on MHA f32), so they are left as they were. 16-bit and int8 rows are asked for
-  // for every group: perf put most of MHA f16's value pass on the first loads of each value row,
-  // and so asked MHA and GQA<2> ran 1.07-1.16x faster in median, half, bfloat16 and int8, f32
-  // 1.01-1.03x slower (Intel Xeon, Hnd, L 65536, batch 16, 21 calls each alternated in one
-  // process, the same outputs); in three alternated benchmark rounds MHA half and bfloat16 1.2x,
-  // GQA<2> 1.09-1.16x, MHA int8 within the noise. The part of a value row read: its values (an
-  // int8 row: codes and scales, the whole stored row).
-  const bool ask_values = separate_values && (G >= 4 || sizeof(T) < sizeof(float));
+  // Separate value rows are asked for with the keys, for every group: perf put half of MQA's
+  // value pass and most of MHA f16's on the first loads of each value row, which the hardware
+  // prefetchers did not cover. Asked in bursts, MHA and GQA<2> f32 rows ran 1.01-1.1x slower and
+  // were left out; asked a line at a time (NextTile), MHA f32 took 0.96 and GQA<2> f32 0.97-0.98
+  // of the time (Intel Xeon, Hnd, L 65536, batch 16, medians of 9 calls alternated in one process,
+  // the same outputs). The part of a value row read: its values (an int8 row: codes and scales,
+  // the whole stored row).
   // Adjacent heads (Nhd) with value rows of their own (MHA, GQA): every head's part of the next
   // tile's key and value rows, paced over all heads' passes (NextTile). Measured (AMD EPYC Zen 4,
   // L 65536, batch 16, three alternated rounds, best of 5) against asking the key rows whole in
   // the first head's score pass: MHA f32 1.43-1.60x, f16 1.74-1.86x and GQA<2> f32 1.57-1.67x
-  // faster, about Hnd's speed. int8 rows too (accumulate_int8_tile steps the cursor): MHA 1.2x and
+  // faster, about Hnd's speed. int8 rows too (accumulate_int8_tile ticks the asks): MHA 1.2x and
   // GQA<2> 1.19x faster in median (Intel Xeon, L 65536, batch 16, 25 calls each alternated in one
   // process), the same outputs.
   bool pace_heads = false;
@@ -205,9 +199,8 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
   const int value_begin = int8 ? 0 : spec.value_offset;
   const int value_end = int8 ? spec.value_scales.stored_elements() : spec.value_offset + dv;
   constexpr int W = int(xsimd::batch<float, Arch>::size);
-  // Vector steps of the value pass per row, and of the score pass in those units (NextTile::pace).
-  const int value_steps = value_steps_per_row<Arch>(G, dv);
-  const int score_steps = score_steps_per_row(spec.key_dim, dv, value_steps);
+  // Vector loads of a row in both passes: the paced asks' clock (NextTile::pace).
+  const int loads_per_row = score_loads_per_row<Arch>(G, spec.key_dim, spec.key_group_stride == 0) + value_loads_per_row<Arch>(G, dv);
   int t = begin;
   while (t < end) {
     // The tile's rows: one run of the store, or several (the pages of Paged<P>, kTileRuns at
@@ -249,37 +242,31 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       }
       return next;
     };
-    // Paced over both passes where the values live in the key rows (SlimK2, XCache), and over every
-    // head's passes where adjacent heads read value rows of their own; else all of it is asked for
-    // while the first head (h == 0) is scored, or each head's part while that head is scored
-    // (each_head). int8 rows are paced where the score pass is the lighter part of a tile's work
-    // (SlimK2's 64-wide slices: 1 step a row, against 6 for the value pass): asked whole during
-    // that pass, the next tile's lines came in a burst, and paced SlimK2 int8 took 0.84-0.88 of the
-    // time in 7 of 7 A/Bs; XCache int8 (its 384-wide score pass weighs as much as its value pass)
-    // paced took 1.02-1.14x as long in 7 of 7, so it asks as before (Intel Xeon, Hnd, L 65536 batch
-    // 16 and L 16384 batch 64, medians of 7-9 calls alternated in one process, the same outputs).
-    // Float and 16-bit value rows of their own in one run (MHA, GQA, MQA on Hnd; MQA's one cache
-    // head on Nhd: 0.87 of the time) are paced over both passes as well: asked whole while a key
-    // row was scored, all of the next tile's lines were asked during the score pass, the value pass
-    // had none in flight, and perf put 2/3 of MQA f32's score pass on those prefetch loops. Paced,
-    // MQA f32 took 0.87-0.88 of the time and f16 0.91-0.97, MHA and GQA<2> f32 0.92-0.95, half and
-    // bfloat16 0.89-0.91 (Intel Xeon, Hnd, L 65536 batch 16; MQA f32 0.87 at batch 64 too, 0.81 at
-    // L 4096 batch 64; medians of 9-11 calls alternated in one process, the same outputs), and
-    // within the noise or faster at L 1500 (in the L3) and batch 1. int8 rows ask as before (MQA
-    // int8 paced: 1.03-1.05x as long; MHA's small int8 rows 1.3x with a cursor per row, see
-    // NextTile); new runs and Paged<P>'s pages ask each head's part as it is scored (each_head).
-    // A page of Paged<P> holds each head's rows as a block of its own, so a task's heads ask for
-    // their own parts of the next tile even within a page (P > kTile): with head 0's asks only, MHA
-    // and GQA<2> on Paged<256> took 1.06-1.28x as long (L 65536 batch 16, L 4096 batch 64).
+    // The next tile's lines are asked for one at a time, every few vector loads of this tile's
+    // passes (NextTile::pace), wherever its rows lie in one run of the store (Hnd; Nhd, all heads'
+    // parts, over every head's passes; SlimK2, XCache and MQA on any layout), float, 16-bit and
+    // int8 alike. Where the next tile's rows lie in new runs (Paged<P>'s pages) or in a block of
+    // their own per head (heads_apart), each head asks for its own part, keys and values, a row
+    // whole as that row is scored (each_head): paced there too, MQA f32 on Paged<16> took 1.18x as
+    // long (the next pages came too late), MHA 0.90-0.98 (Intel Xeon, L 65536, batch 16). A page of
+    // Paged<P> holds each head's rows as a block of its own, so a task's heads ask for their own
+    // parts of the next tile even within a page (P > kTile): with head 0's asks only, MHA and GQA<2>
+    // on Paged<256> took 1.06-1.28x as long (L 65536 batch 16, L 4096 batch 64).
+    // Asked in bursts (a row whole as it was scored, or a few lines per step of work) the asks
+    // held the core (NextTile). Asked a line at a time, against those bursts: XCache f32 took
+    // 0.85-0.92 of the time (Hnd, Nhd, Paged<16>), f16 0.97, SlimK2 f32 0.92-0.93, f16 1.01, MQA
+    // f32 0.97-1.00, f16 0.95, MHA f32 and 16-bit 0.92-0.95, GQA<2> 0.97-0.99; int8 rows, now paced
+    // too, MHA 0.96, XCache 0.94, GQA<2> 0.99, MQA 1.03-1.05 and SlimK2 1.05-1.06 (Intel Xeon, L
+    // 65536, batch 16, medians of 9-11 calls alternated in one process, the same outputs); at L 1500
+    // (in the L3) 0.84-0.98 and at batch 1 0.85-1.02.
     const bool heads_apart = heads_paged<Store>() && heads > 1;
-    const bool paced_values = separate_values && !int8 && !new_runs && !heads_apart;
-    const bool paced = pace_heads || paced_values || (!separate_values && (!int8 || 2 * score_steps < value_steps));
     const bool blocks_apart = (new_runs || heads_apart) && separate_values;  // a head's next rows: a block of its own
+    const bool paced = pace_heads || !blocks_apart;
     const bool each_head = blocks_apart && heads > 1 && !paced;
     NextTile next[kTileRuns];
     for (int i = 0; i < run_count; ++i) {
-      next[i] = next_tile_of(0, i, ask_values || pace_heads || blocks_apart);
-      next[i].pace(paced ? value_steps : 0, pace_heads ? heads : 1, score_steps);
+      next[i] = next_tile_of(0, i, separate_values);
+      next[i].pace(paced ? loads_per_row : 0, pace_heads ? heads : 1);
     }
     for (int h = 0; h < heads; ++h) {
       CacheRun<T> keys[kTileRuns], values[kTileRuns];
