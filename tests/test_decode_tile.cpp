@@ -97,12 +97,12 @@ TEST_CASE("the next tile's paced asks reach every line of its rows within the ti
             INFO("bytes ", bytes, ", offset ", offset, ", values ", with_values, ", loads per row ", loads, ", heads ", heads);
             REQUIRE(next.paced());
             // Every line a row's bytes touch is in the sequence, and nothing else.
-            std::set<const char*> lines, wanted;
+            std::set<std::uintptr_t> lines, wanted;
             for (int k = 0; k < next.line_count; ++k) lines.insert(next.line(k));
             for (const char* base : {keys + offset, with_values ? values + offset : nullptr})
               for (int j = 0; base && j < next.count; ++j)
                 for (int b = 0; b < bytes; ++b)
-                  wanted.insert(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(base + j * bytes + b) / 64 * 64));
+                  wanted.insert(reinterpret_cast<std::uintptr_t>(base + j * bytes + b) / 64 * 64);
             CHECK(lines == wanted);
             CHECK(int(lines.size()) == next.line_count);
             // The tile's loads: one tick each, over every head's passes.
@@ -139,7 +139,7 @@ polyattn::exec::cpu::NextTile tick_counter() {
   polyattn::exec::cpu::NextTile counter;
   counter.count = 1;
   counter.spacing = counter.countdown = 1;
-  counter.key_lines = counter.value_lines = lines;
+  counter.key_lines = counter.value_lines = reinterpret_cast<std::uintptr_t>(lines);
   counter.key_line_count = counter.line_count = int(sizeof lines / 64);
   return counter;
 }

@@ -126,10 +126,10 @@ struct NextTile {
   int count = 0;       // rows to ask for (0: nothing)
   int spacing = 0;     // paced: vector loads per line asked; 0: row j whole as row j is scored
   int countdown = 0;   // paced: loads until the next ask
-  // Paced: the next tile's lines as one sequence, line k at line(k): the key rows' lines, then
-  // the value rows'.
-  const char* key_lines = nullptr;    // the key rows' first line
-  const char* value_lines = nullptr;  // the value rows' first line, less key_line_count lines
+  // Paced: the next tile's lines as one sequence, line k at address line(k): the key rows' lines,
+  // then the value rows'. Addresses, not pointers: value_lines may lie before any object.
+  std::uintptr_t key_lines = 0;    // the key rows' first line
+  std::uintptr_t value_lines = 0;  // the value rows' first line, less key_line_count lines
   int key_line_count = 0, line_count = 0, asked = 0;
 
   /// Paces the asks over a tile's work: `loads_per_row` vector loads of both passes per row of the
@@ -140,16 +140,16 @@ struct NextTile {
     spacing = 0;
     asked = key_line_count = line_count = 0;
     if (loads_per_row == 0 || count == 0 || !spans(keys) || !spans(values)) return;
-    const auto span = [&](const Lines& l, const char*& at) {
+    const auto span = [&](const Lines& l, std::uintptr_t& first_line) {  // the lines rows [0, count) touch
       if (!l.first) return 0;
       const auto begin = reinterpret_cast<std::uintptr_t>(l.first) / 64 * 64;
       const auto end = (reinterpret_cast<std::uintptr_t>(l.first) + std::uintptr_t(count) * std::uintptr_t(l.bytes) + 63) / 64 * 64;
-      at = l.first - (reinterpret_cast<std::uintptr_t>(l.first) - begin);
+      first_line = begin;
       return int((end - begin) / 64);
     };
     key_line_count = span(keys, key_lines);
     const int value_line_count = span(values, value_lines);
-    value_lines -= std::ptrdiff_t(key_line_count) * 64;
+    value_lines -= std::uintptr_t(key_line_count) * 64;
     line_count = key_line_count + value_line_count;
     spacing = std::max(1, heads * count * loads_per_row / std::max(1, line_count));
     countdown = spacing;
@@ -162,12 +162,12 @@ struct NextTile {
   }
   /// Whether the value pass asks for part of the next tile.
   bool paced() const { return spacing > 0; }
-  /// Line k < line_count of the paced sequence.
-  const char* line(int k) const { return (k < key_line_count ? key_lines : value_lines) + std::ptrdiff_t(k) * 64; }
+  /// The address of line k < line_count of the paced sequence.
+  std::uintptr_t line(int k) const { return (k < key_line_count ? key_lines : value_lines) + std::uintptr_t(k) * 64; }
   /// Asks for the next line (paced).
   [[gnu::always_inline]] void ask_one() {
     if (asked >= line_count) return;
-    __builtin_prefetch(line(asked), 0, 1);
+    __builtin_prefetch(reinterpret_cast<const void*>(line(asked)), 0, 1);
     ++asked;
   }
   /// Every paced line not asked for yet.
