@@ -448,7 +448,10 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, const T* rows, 
   for (int j = 0; j < n; ++j) {
     const T* r = rows + std::ptrdiff_t(j) * stride + c;
     B v[NC];
-    for (int i = 0; i < NC; ++i) v[i] = load_floats<Arch>(r + i * W), tick_asks(next, asks);
+    for (int i = 0; i < NC; ++i) {
+      v[i] = load_floats<Arch>(r + i * W);
+      if constexpr (!ByToken) tick_asks(next, asks);  // prefill blocks (ByToken) ask for nothing
+    }
     for (int g = 0; g < NG; ++g) {
       const B x(w[at(g, j)]);
       for (int i = 0; i < NC; ++i) a[g][i] = xsimd::fma(x, v[i], a[g][i]);
