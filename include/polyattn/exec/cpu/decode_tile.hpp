@@ -115,7 +115,6 @@ struct NextTile {
     std::ptrdiff_t stride = 0;
     int bytes = 0;
 
-    int per_row() const { return first ? (bytes + 63) / 64 : 0; }
     /// Asks for row j whole.
     [[gnu::always_inline]] void ask_row(int j) const {
       if (first) ask_bytes<0, 1>(first + j * stride, bytes);
