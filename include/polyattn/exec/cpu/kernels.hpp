@@ -245,13 +245,19 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // The next tile's lines are asked for one at a time, every few vector loads of this tile's
     // passes (NextTile::pace), wherever its rows lie in one run of the store (Hnd; Nhd, all heads'
     // parts, over every head's passes; SlimK2, XCache and MQA on any layout), float, 16-bit and
-    // int8 alike. Where the next tile's rows lie in new runs (Paged<P>'s pages) or in a block of
-    // their own per head (heads_apart), each head asks for its own part, keys and values, a row
-    // whole as that row is scored (each_head): paced there too, MQA f32 on Paged<16> took 1.18x as
-    // long (the next pages came too late), MHA 0.90-0.98 (Intel Xeon, L 65536, batch 16). A page of
-    // Paged<P> holds each head's rows as a block of its own, so a task's heads ask for their own
-    // parts of the next tile even within a page (P > kTile): with head 0's asks only, MHA and GQA<2>
-    // on Paged<256> took 1.06-1.28x as long (L 65536 batch 16, L 4096 batch 64).
+    // int8 alike. Where the next tile's rows lie in a block of their own per head (Paged<P> with
+    // several heads to a task: heads_apart), each head asks for its own part, keys and values,
+    // paced over its own passes (each_head). Against asking a row whole as that row was scored:
+    // MHA and GQA<2> on Paged<16> took 0.77-0.90 of the time (f32, half, bfloat16; int8 0.90-0.97)
+    // at L 65536 with batch 1 and 16 and at L 4096 with batch 64, GQA<2> half on Paged<256>
+    // 0.89-0.91, MHA f32 there 0.99-1.01, and in the L3 (L 1500, batch 16) 0.85-1.03 (AMD EPYC Zen
+    // 5, 2 threads, medians of 7-41 calls alternated in one process, the same outputs). A single
+    // head's next rows in new runs (MQA, SlimK2, XCache on Paged<P>) are still asked a row whole
+    // as each row is scored: paced, MQA f32 on Paged<16> took 1.18x as long (the next pages came
+    // too late; Intel Xeon, L 65536, batch 16). A page of Paged<P> holds each head's rows as a
+    // block of its own, so a task's heads ask for their own parts of the next tile even within a
+    // page (P > kTile): with head 0's asks only, MHA and GQA<2> on Paged<256> took 1.06-1.28x as
+    // long (L 65536 batch 16, L 4096 batch 64).
     // Asked in bursts (a row whole as it was scored, or a few lines per step of work) the asks
     // held the core (NextTile). Asked a line at a time, against those bursts: XCache f32 took
     // 0.85-0.92 of the time (Hnd, Nhd, Paged<16>), f16 0.97, SlimK2 f32 0.92-0.93, f16 1.01, MQA
@@ -261,23 +267,26 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // (in the L3) 0.84-0.98 and at batch 1 0.85-1.02.
     const bool heads_apart = heads_paged<Store>() && heads > 1;
     const bool blocks_apart = (new_runs || heads_apart) && separate_values;  // a head's next rows: a block of its own
-    const bool paced = pace_heads || !blocks_apart;
-    const bool each_head = blocks_apart && heads > 1 && !paced;
-    NextTile next[kTileRuns];
-    for (int i = 0; i < run_count; ++i) {
+    const bool each_head = blocks_apart && heads > 1 && !pace_heads;
+    const bool paced = pace_heads || !blocks_apart || each_head;
+    NextTile next[kTileRuns];  // the next tile's asks, run by run (each_head: the present head's)
+    for (int i = 0; !each_head && i < run_count; ++i) {
       next[i] = next_tile_of(0, i, separate_values);
       next[i].pace(paced ? loads_per_row : 0, pace_heads ? heads : 1);
     }
     for (int h = 0; h < heads; ++h) {
       CacheRun<T> keys[kTileRuns], values[kTileRuns];
-      NextTile head_next;
+      NextTile* run_asks[kTileRuns];  // what run i's passes tick (nullptr: nothing)
       SoftmaxState<float>* states = result.states + std::ptrdiff_t(h) * G;
       float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
       for (int i = 0; i < run_count; ++i) {
         keys[i] = store.run(spec.key_tensor, seq, t + runs[i].offset, first_head + h);
         values[i] = store.run(spec.value_tensor, seq, t + runs[i].offset, first_head + h);
-        NextTile* asks = next[i].count && (h == 0 || paced) ? &next[i] : nullptr;
-        if (h > 0 && each_head) asks = (head_next = next_tile_of(h, i, true)).count ? &head_next : nullptr;
+        if (each_head) {
+          next[i] = next_tile_of(h, i, true);
+          next[i].pace(loads_per_row);
+        }
+        NextTile* asks = run_asks[i] = next[i].count && (h == 0 || paced) ? &next[i] : nullptr;
         const KeyTile<T> tile{keys[i].data + spec.key_offset, keys[i].stride, std::ptrdiff_t(spec.key_group_stride), spec.key_dim,
                               runs[i].count, asks};
         float* run_scores = scores + runs[i].offset;
@@ -322,10 +331,10 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
             thread_local ScratchFloats weights;
             weights.resize(std::size_t(G) * kTile);
             accumulate_int8_tile<Arch>(run_scores, G, values[i].data, values[i].stride, runs[i].count, spec.value_scales,
-                                       weights.data() + runs[i].offset, acc, paced && next[i].count ? &next[i] : nullptr);
+                                       weights.data() + runs[i].offset, acc, paced ? run_asks[i] : nullptr);
           } else {
             accumulate_tile<Arch>(run_scores, G, values[i].data + spec.value_offset, values[i].stride, runs[i].count, acc, dv,
-                                  paced && next[i].count ? &next[i] : nullptr);
+                                  paced ? run_asks[i] : nullptr);
           }
         } else {
           thread_local ScratchFloats decoded;  // int8: the run decoded to floats (int8_tile.hpp)
@@ -340,6 +349,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       // into weights, so what accumulate_tile added for it is discarded here.
       for (int g = 0; g < G; ++g)
         if (states[g].empty()) std::fill_n(acc + std::ptrdiff_t(g) * dv, dv, 0.0f);
+      for (int i = 0; each_head && i < run_count; ++i) next[i].ask_rest();
     }
     for (int i = 0; i < run_count; ++i) next[i].ask_rest();
     t += n;
