@@ -41,6 +41,13 @@ def main(paths):
     print(f"CPU: {loaded[0][0].get('cpu_model')}; {len(paths)} run(s); last-level cache {llc / 2**20:.0f} MiB, so "
           f"DRAM-resident means at least {2 * llc / 1e6:.0f} MB per step; read probe {span(probes, 1)} GB/s, "
           f"FMA probe {span(fmas, 1)} GFMA/s\n")
+    # A case whose cache the kernel left (partly) on 4 KiB pages ran on a different machine, in effect
+    # (below 0.9: a buffer not aligned to 2 MiB keeps its first and last partial 2 MiB on 4 KiB pages,
+    # 0.97-0.99 of the smallest DRAM-resident caches here)
+    small_pages = sorted({k for r in runs for k in keys if 0 <= r[k].get("huge_page_share", 1) < 0.9})
+    if small_pages:
+        print("On 4 KiB pages in part (huge_page_share below 0.9 in some run): "
+              + ", ".join("/".join(str(x) for x in k) for k in small_pages) + "\n")
     shapes = sorted({k[:4] for k in keys})
     print(f"Fraction of roofline, its range over the runs; M: memory-bound, C: compute-bound; "
           f"ok: at least {ROOF_TARGET:.2f} in every run, (ok): in some:\n")

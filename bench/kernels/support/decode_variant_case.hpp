@@ -6,6 +6,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include <polyattn/polyattn.hpp>
 
 #include "support/decode_step.hpp"
+#include "support/huge_page_share.hpp"
 #include "support/roofline.hpp"
 #include "support/variant_inputs.hpp"
 
@@ -33,10 +35,12 @@ void BM_DecodeVariant(benchmark::State& state) {
   }
   std::mt19937 rng(42);
   const Inputs<V> inputs(shape, rng);
+  const double huge_bytes_before = anon_huge_page_bytes();
   A attn(shape, {.max_sequences = batch, .capacity = length, .huge_pages = true}, Inputs<V>::params(shape, rng), 0);
   std::vector<int> seqs;
   for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
   fill_cache(attn, seqs, length, [&](A& a, int seq, int n) { a.append(seq, inputs.rows(n)); });
+  const double huge_bytes_after = anon_huge_page_bytes();
 
   const RowMatrixXf q = uniform(batch, V::query_width(shape), rng);
   RowMatrixXf out(batch, V::output_width(shape));
@@ -53,6 +57,10 @@ void BM_DecodeVariant(benchmark::State& state) {
     macs += double(attn.length(seq)) * spec.query_heads() * (spec.key_dim + spec.value_dim);
   }
   state.counters["cache_B_per_token"] = double(A::cache_bytes_per_token(shape));
+  // The share of the filled cache on 2 MiB pages (huge_page_share.hpp); -1: not known here.
+  const double cache_bytes = double(A::cache_bytes_per_token(shape)) * length * batch;
+  state.counters["huge_page_share"] =
+      huge_bytes_before < 0 ? -1.0 : std::min(1.0, (huge_bytes_after - huge_bytes_before) / cache_bytes);
   report_roofline(state, bytes, macs);
   if constexpr (requires { attn.executor().kernels(); })
     state.SetLabel(A::name() + " ran " + attn.executor().kernels());  // an executor that chooses when it runs
