@@ -40,7 +40,13 @@ def main(paths):
     fmas = [float(c.get("fma_probe_GFMA_per_s", 0)) for c, _ in loaded]
     print(f"CPU: {loaded[0][0].get('cpu_model')}; {len(paths)} run(s); last-level cache {llc / 2**20:.0f} MiB, so "
           f"DRAM-resident means at least {2 * llc / 1e6:.0f} MB per step; read probe {span(probes, 1)} GB/s, "
-          f"FMA probe {span(fmas, 1)} GFMA/s\n")
+          f"FMA probe {span(fmas, 1)} GFMA/s")
+    # Runs since 2026-11-30 judge each case against probes taken next to it (decode_variant_case.hpp)
+    near = [(r[k]["read_probe_GB_per_s"], r[k]["fma_probe_GFMA_per_s"]) for r in runs for k in keys if "fma_probe_GFMA_per_s" in r[k]]
+    if near:
+        print(f"Each case against the probes next to it: read {span([n[0] for n in near], 1)} GB/s, "
+              f"FMA {span([n[1] for n in near], 1)} GFMA/s over the cases")
+    print()
     # A case whose cache the kernel left (partly) on 4 KiB pages ran on a different machine, in effect
     # (below 0.9: a buffer not aligned to 2 MiB keeps its first and last partial 2 MiB on 4 KiB pages,
     # 0.97-0.99 of the smallest DRAM-resident caches here)

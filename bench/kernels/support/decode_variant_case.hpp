@@ -46,7 +46,14 @@ void BM_DecodeVariant(benchmark::State& state) {
   RowMatrixXf out(batch, V::output_width(shape));
   read_bandwidth();  // both probes run before any timing
   fma_throughput();
+  // This case's roofs: the better of two probes each, just before and just after its timing. On
+  // a VM both move within minutes (ReadProbe): an AMD EPYC Zen 5 VM's 2 threads switched between
+  // about 45 and 80 GB/s, and the int8 cases, bound by arithmetic, ran 1.3x slower while the
+  // read probe was high, as if a neighbour then computed on the same cores.
+  const double read_before = read_probe().measure(), fma_before = measure_fma_throughput();
   time_steps(state, attn, seqs, q, out);
+  const double read_bw = std::max(read_before, read_probe().measure());
+  const double fma_rate = std::max(fma_before, measure_fma_throughput());
   // Bytes: the cache rows the step reads. Multiply-adds: every query head scores each token
   // (key_dim) and accumulates its value row (value_dim); the variants' query and output maps
   // (a few per step, not per token) are left out.
@@ -61,7 +68,9 @@ void BM_DecodeVariant(benchmark::State& state) {
   const double cache_bytes = double(A::cache_bytes_per_token(shape)) * length * batch;
   state.counters["huge_page_share"] =
       huge_bytes_before < 0 ? -1.0 : std::min(1.0, (huge_bytes_after - huge_bytes_before) / cache_bytes);
-  report_roofline(state, bytes, macs);
+  state.counters["read_probe_GB_per_s"] = read_bw * 1e-9;
+  state.counters["fma_probe_GFMA_per_s"] = fma_rate * 1e-9;
+  report_roofline(state, bytes, macs, read_bw, fma_rate);
   if constexpr (requires { attn.executor().kernels(); })
     state.SetLabel(A::name() + " ran " + attn.executor().kernels());  // an executor that chooses when it runs
   else

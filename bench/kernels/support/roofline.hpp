@@ -32,9 +32,12 @@ inline std::string cpu_model_name() {
 /// Counters of one decode step against both roofs: bytes and multiply-adds per step, achieved
 /// GB/s, fraction of the read probe, the roofline time (us), which roof binds (1 = memory), and
 /// of_roofline = roofline time / measured time (1.0 = at the roof). Call after the timing loop.
-inline void report_roofline(benchmark::State& state, double bytes_per_step, double macs_per_step) {
+/// `read_bw` and `fma_rate`: the roofs in bytes/s and multiply-adds/s (default: the process's
+/// first probes).
+inline void report_roofline(benchmark::State& state, double bytes_per_step, double macs_per_step, double read_bw = read_bandwidth(),
+                            double fma_rate = fma_throughput()) {
   using benchmark::Counter;
-  const double memory_s = bytes_per_step / read_bandwidth(), compute_s = macs_per_step / fma_throughput();
+  const double memory_s = bytes_per_step / read_bw, compute_s = macs_per_step / fma_rate;
   const double roofline_s = std::max(memory_s, compute_s);
   state.counters["MB_per_step"] = bytes_per_step * 1e-6;
   state.counters["MFMA_per_step"] = macs_per_step * 1e-6;
