@@ -1,8 +1,8 @@
-// How much of a benchmark's cache the kernel backed with 2 MiB pages. CacheConfig::huge_pages
-// only advises them (cache/huge_pages.hpp): with few free 2 MiB blocks, after many gigabytes were
-// mapped and freed, or soon after boot while the VM still onlines its memory, the kernel falls
-// back to 4 KiB pages, and a step then pays a TLB miss every 4 KiB. A figure read on such pages
-// is a different machine's figure, so each case reports the share it got.
+// How much of a benchmark's cache Linux backed with 2 MiB pages. CacheConfig::huge_pages only
+// advises them (cache/huge_pages.hpp): with THP off, or too few free 2 MiB blocks (memory
+// fragmented by the gigabytes earlier cases mapped and freed), Linux falls back to 4 KiB pages,
+// and a step then pays a TLB miss every 4 KiB. A figure read on such pages is a different
+// machine's figure, so each case reports the share it got.
 #pragma once
 
 #include <fstream>
