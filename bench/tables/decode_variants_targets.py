@@ -47,7 +47,7 @@ def main(paths):
         print(f"Each case against the probes next to it: read {span([n[0] for n in near], 1)} GB/s, "
               f"FMA {span([n[1] for n in near], 1)} GFMA/s over the cases")
     print()
-    # A case whose cache the kernel left (partly) on 4 KiB pages ran on a different machine, in effect
+    # A case whose cache Linux left (partly) on 4 KiB pages ran on a different machine, in effect
     # (below 0.9: a buffer not aligned to 2 MiB keeps its first and last partial 2 MiB on 4 KiB pages,
     # 0.97-0.99 of the smallest DRAM-resident caches here)
     small_pages = sorted({k for r in runs for k in keys if 0 <= r[k].get("huge_page_share", 1) < 0.9})

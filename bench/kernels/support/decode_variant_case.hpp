@@ -44,8 +44,6 @@ void BM_DecodeVariant(benchmark::State& state) {
 
   const RowMatrixXf q = uniform(batch, V::query_width(shape), rng);
   RowMatrixXf out(batch, V::output_width(shape));
-  read_bandwidth();  // both probes run before any timing
-  fma_throughput();
   // This case's roofs: the better of two probes each, just before and just after its timing. On
   // a VM both move within minutes (ReadProbe): an AMD EPYC Zen 5 VM's 2 threads switched between
   // about 45 and 80 GB/s, and the int8 cases, bound by arithmetic, ran 1.3x slower while the
