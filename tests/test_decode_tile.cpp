@@ -3,9 +3,11 @@
 // must not depend on which rows share its block: each is checked bit for bit against the same
 // row scored alone, and against a double dot product within the float bound dim * u * sum |q k|. Group sizes 1-12 (two head blocks past 8), widths with a
 // scalar tail, tiles not a multiple of R; float and half keys; AVX2 and, where built, AVX-512.
-// And the next tile's paced asks (NextTile) cover every line of its rows and reach all of them
-// within a tile's vector loads, whose counts per row (score_loads_per_row, value_loads_per_row)
-// are the passes' own.
+// A tile gathered from several runs of the store (a table of rows: the pages of Paged<P>) is
+// scored and accumulated bit for bit as the same rows in one run.
+// And the next tile's paced asks (NextTile) cover every line of its rows, run by run, and reach
+// all of them within a tile's vector loads, whose counts per row (score_loads_per_row,
+// value_loads_per_row) are the passes' own.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -25,6 +27,21 @@ namespace {
 
 using polyattn::exec::cpu::KeyTile;
 using polyattn::exec::cpu::kTile;
+using polyattn::exec::cpu::TileRows;
+
+/// The rows as a gathered tile sees them: each copied to a place of its own, in reverse order
+/// (`copies`), and reached through a table (`table`).
+template <class T>
+TileRows<T> gathered(const std::vector<T>& rows, int width, int count, std::vector<T>& copies, std::vector<const T*>& table) {
+  copies.assign(std::size_t(count) * width, T(0.0f));
+  table.resize(std::size_t(count));
+  for (int j = 0; j < count; ++j) {
+    T* copy = copies.data() + std::ptrdiff_t(count - 1 - j) * width;
+    std::copy_n(rows.data() + std::ptrdiff_t(j) * width, width, copy);
+    table[std::size_t(j)] = copy;
+  }
+  return {nullptr, 0, table.data()};
+}
 
 template <class Arch, class T>
 void check_scores(int group, int dim, int count, bool shared) {
@@ -37,11 +54,19 @@ void check_scores(int group, int dim, int count, bool shared) {
   for (float& x : q) x = u(rng);
   const std::ptrdiff_t group_stride = shared ? 0 : dim;
   std::vector<float> scores(std::size_t(group) * kTile + 64), alone(std::size_t(group) * kTile + 64);
-  polyattn::exec::cpu::score_tile<Arch>(q.data(), group, KeyTile<T>{rows.data(), width, group_stride, dim, count}, scores.data());
-  int differing = 0, outside = 0;
+  polyattn::exec::cpu::score_tile<Arch>(q.data(), group, KeyTile<T>{{rows.data(), width}, group_stride, dim, count}, scores.data());
+  // The same rows gathered through a table: the same scores, bit for bit.
+  std::vector<T> copies;
+  std::vector<const T*> table;
+  std::vector<float> through_table(scores.size());
+  polyattn::exec::cpu::score_tile<Arch>(q.data(), group, KeyTile<T>{gathered(rows, width, count, copies, table), group_stride, dim, count},
+                                        through_table.data());
+  int differing = 0, outside = 0, differing_gathered = 0;
   for (int j = 0; j < count; ++j) {
     const T* row = rows.data() + std::ptrdiff_t(j) * width;
-    polyattn::exec::cpu::score_tile<Arch>(q.data(), group, KeyTile<T>{row, width, group_stride, dim, 1}, alone.data());
+    for (int g = 0; g < group; ++g)
+      differing_gathered += std::memcmp(&scores[std::size_t(g) * kTile + j], &through_table[std::size_t(g) * kTile + j], sizeof(float)) != 0;
+    polyattn::exec::cpu::score_tile<Arch>(q.data(), group, KeyTile<T>{{row, width}, group_stride, dim, 1}, alone.data());
     for (int g = 0; g < group; ++g) {
       const float ours = scores[std::size_t(g) * kTile + j];
       differing += std::memcmp(&ours, &alone[std::size_t(g) * kTile], sizeof(float)) != 0;
@@ -56,7 +81,26 @@ void check_scores(int group, int dim, int count, bool shared) {
   }
   INFO("group ", group, ", dim ", dim, ", rows ", count, shared ? ", shared key" : ", a slice per head");
   CHECK(differing == 0);
+  CHECK(differing_gathered == 0);
   CHECK(outside == 0);
+}
+
+/// The value pass over gathered rows adds what it adds over the same rows in one run, bit for bit.
+template <class Arch, class T>
+void check_gathered_values(int group, int dim, int count) {
+  std::mt19937 rng(std::uint32_t(group * 1000 + dim * 10 + count));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<T> rows(std::size_t(count) * dim);
+  for (T& x : rows) x = T(u(rng));
+  std::vector<float> p(std::size_t(group) * kTile);
+  for (float& x : p) x = u(rng);
+  std::vector<float> strided(std::size_t(group) * dim, 0.5f), through_table = strided;
+  polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<T>{rows.data(), dim}, count, strided.data(), dim);
+  std::vector<T> copies;
+  std::vector<const T*> table;
+  polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, gathered(rows, dim, count, copies, table), count, through_table.data(), dim);
+  INFO("group ", group, ", dim ", dim, ", rows ", count);
+  CHECK(std::memcmp(strided.data(), through_table.data(), strided.size() * sizeof(float)) == 0);
 }
 
 template <class Arch>
@@ -67,12 +111,13 @@ void check_arch() {
         for (const int count : {1, 3, 17, kTile}) {
           check_scores<Arch, float>(group, dim, count, shared);
           check_scores<Arch, Eigen::half>(group, dim, count, shared);
+          if (shared) check_gathered_values<Arch, float>(group, dim, count), check_gathered_values<Arch, Eigen::half>(group, dim, count);
         }
 }
 
 }  // namespace
 
-TEST_CASE("the decode score pass: each row's scores are the row's own, whatever rows share its block") {
+TEST_CASE("the decode passes: each row's scores are the row's own, whatever rows share its block, and gathered rows count as strided ones") {
 #if defined(__AVX2__) && defined(__FMA__)
   SUBCASE("AVX2") { check_arch<xsimd::fma3<xsimd::avx2>>(); }
 #endif
@@ -82,7 +127,7 @@ TEST_CASE("the decode score pass: each row's scores are the row's own, whatever 
 }
 
 TEST_CASE("the next tile's paced asks reach every line of its rows within the tile's loads") {
-  using polyattn::exec::cpu::NextTile;
+  using NextTile = polyattn::exec::cpu::NextTile<>;
   alignas(64) static char keys[20 * 1536], values[20 * 1536];
   // Rows that follow one another (stride == bytes), key rows alone or with value rows, lines
   // per row of 1-24, a row from a line's start or not, one head's passes or six heads'.
@@ -91,8 +136,8 @@ TEST_CASE("the next tile's paced asks reach every line of its rows within the ti
       for (const bool with_values : {false, true})
         for (const int loads : {4, 8, 48})
           for (const int heads : {1, 6}) {
-            NextTile next{{keys + offset, bytes, bytes}, {}, 10};
-            if (with_values) next.values = {values + offset, bytes, bytes};
+            NextTile next;
+            next.add({keys + offset, bytes, bytes}, with_values ? NextTile::Lines{values + offset, bytes, bytes} : NextTile::Lines{}, 10);
             next.pace(loads, heads);
             INFO("bytes ", bytes, ", offset ", offset, ", values ", with_values, ", loads per row ", loads, ", heads ", heads);
             REQUIRE(next.paced());
@@ -118,29 +163,71 @@ TEST_CASE("the next tile's paced asks reach every line of its rows within the ti
             CHECK(next.asked == next.line_count);
           }
   // Rows with gaps between them (a head's part of Nhd rows): not paced, asked row by row.
-  NextTile apart{{keys, 256, 128}, {}, 10};
+  NextTile apart;
+  apart.add({keys, 256, 128}, {}, 10);
   apart.pace(8);
   CHECK_FALSE(apart.paced());
   apart.score_step(3);
   apart.ask_rest();
   CHECK(apart.asked == 0);
-  NextTile whole{{keys, 1536, 1536}, {}, 10};
+  NextTile whole;
+  whole.add({keys, 1536, 1536}, {}, 10);
   whole.pace(0);  // unpaced: row j whole as row j is scored, no sequence
   CHECK_FALSE(whole.paced());
   CHECK(whole.line_count == 0);
+}
+
+TEST_CASE("the next tile's paced asks over several runs (pages): every run's key lines, then every run's value lines") {
+  using NextTile = polyattn::exec::cpu::NextTile<polyattn::exec::cpu::kTileRuns>;
+  alignas(64) static char keys[8 * 4096], values[8 * 4096];
+  for (const int bytes : {64, 130, 768})
+    for (const int runs : {1, 2, 4, 8})
+      for (const bool with_values : {false, true}) {
+        INFO("bytes ", bytes, ", runs ", runs, ", values ", with_values);
+        // Run r: 16 rows (the last one 5) at page r of the reverse order, 4 bytes into it.
+        NextTile next;
+        const auto page = [&](char* base, int r) { return base + (runs - 1 - r) * 4096 + 4; };
+        const auto rows_of = [&](int r) { return r + 1 < runs ? 16 : 5; };
+        for (int r = 0; r < runs; ++r) {
+          const int rows = std::min(rows_of(r), 4096 / bytes - 1);
+          next.add({page(keys, r), bytes, bytes}, with_values ? NextTile::Lines{page(values, r), bytes, bytes} : NextTile::Lines{}, rows);
+        }
+        next.pace(8);
+        REQUIRE(next.paced());
+        std::vector<std::uintptr_t> wanted;  // in order, each line once
+        for (char* base : {keys, with_values ? values : nullptr})
+          for (int r = 0; base && r < runs; ++r)
+            for (int b = 0; b < next.runs[r].count * bytes; ++b) {
+              const auto line = reinterpret_cast<std::uintptr_t>(page(base, r) + b) / 64 * 64;
+              if (wanted.empty() || wanted.back() != line) wanted.push_back(line);
+            }
+        std::vector<std::uintptr_t> lines;
+        for (int k = 0; k < next.line_count; ++k) lines.push_back(next.line(k));
+        CHECK(lines == wanted);
+        // ask_one walks the same sequence; the tile's ticks reach all of it.
+        int left = polyattn::exec::cpu::asks_left(&next);
+        const int ticks = next.count * 8;
+        for (int t = 0; t < ticks; ++t) polyattn::exec::cpu::tick_asks(&next, left);
+        CHECK(next.asked == std::min(ticks, next.line_count));  // more lines than loads: one a load
+        next.ask_rest();
+        CHECK(next.asked == next.line_count);
+        // Unpaced, row j of the tile asks for row j of the next: every row of every run is reachable.
+        next.pace(0);
+        for (int j = 0; j < next.count + 3; ++j) next.score_step(j);
+        CHECK(next.asked == 0);
+      }
 }
 
 namespace {
 
 /// A NextTile that asks for a line at every tick, from a sequence longer than any test's ticks:
 /// `asked` counts the ticks.
-polyattn::exec::cpu::NextTile tick_counter() {
+polyattn::exec::cpu::NextTile<> tick_counter() {
   alignas(64) static char lines[1 << 22];
-  polyattn::exec::cpu::NextTile counter;
-  counter.count = 1;
+  polyattn::exec::cpu::NextTile<> counter;
+  counter.add({lines, 64, 64}, {}, int(sizeof lines / 64));
+  counter.pace(1);
   counter.spacing = counter.countdown = 1;
-  counter.key_lines = counter.value_lines = reinterpret_cast<std::uintptr_t>(lines);
-  counter.key_line_count = counter.line_count = int(sizeof lines / 64);
   return counter;
 }
 
@@ -155,12 +242,12 @@ void check_ticks() {
       INFO("group ", group, ", dim ", dim);
       for (const int n : {5, kTile}) {
         auto counter = tick_counter();
-        polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, rows.data(), dim, n, acc.data(), dim, &counter);
+        polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<float>{rows.data(), dim}, n, acc.data(), dim, &counter);
         CHECK(counter.asked == n * polyattn::exec::cpu::value_loads_per_row<Arch>(group, dim));
       }
       for (const bool shared : {true, false}) {  // the score pass over a whole tile (blocks of W rows)
         auto counter = tick_counter();
-        const KeyTile<float> tile{rows.data(), shared ? dim : group * dim, shared ? 0 : dim, dim, kTile, &counter};
+        const KeyTile<float> tile{{rows.data(), shared ? dim : group * dim}, shared ? 0 : dim, dim, kTile, &counter};
         polyattn::exec::cpu::score_tile<Arch>(q.data(), group, tile, scores.data());
         INFO((shared ? "shared key" : "a slice per head"));
         CHECK(counter.asked == kTile * polyattn::exec::cpu::score_loads_per_row<Arch>(group, dim, shared));

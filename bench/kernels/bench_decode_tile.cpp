@@ -89,23 +89,25 @@ void BM_DecodeTile(benchmark::State& state) {
   for (auto _ : state) {
     for (int t = 0; t < tiles; ++t) {
       const std::ptrdiff_t first = std::ptrdiff_t(t) * kTile * s.row;
-      polyattn::exec::cpu::NextTile next;
+      polyattn::exec::cpu::NextTile<> next;
       if (pass == 2 && t + 1 < tiles) {  // the next tile's rows, asked for as attend_chunk asks (Hnd)
         const std::ptrdiff_t stride = std::ptrdiff_t(s.row) * std::ptrdiff_t(sizeof(T));
-        next.keys = {reinterpret_cast<const char*>(keys + first + std::ptrdiff_t(kTile) * s.row), stride, s.row * int(sizeof(T))};
+        const polyattn::exec::cpu::NextTile<>::Lines next_keys{reinterpret_cast<const char*>(keys + first + std::ptrdiff_t(kTile) * s.row),
+                                                             stride, s.row * int(sizeof(T))};
+        polyattn::exec::cpu::NextTile<>::Lines next_values;
         if (!s.values_in_key_rows)
-          next.values = {reinterpret_cast<const char*>(values + first + std::ptrdiff_t(kTile) * s.row), stride, s.row * int(sizeof(T))};
-        next.count = kTile;
+          next_values = {reinterpret_cast<const char*>(values + first + std::ptrdiff_t(kTile) * s.row), stride, s.row * int(sizeof(T))};
+        next.add(next_keys, next_values, kTile);
         next.pace(polyattn::exec::cpu::score_loads_per_row<Arch>(s.group, s.key_dim, s.group_stride == 0) +
                   polyattn::exec::cpu::value_loads_per_row<Arch>(s.group, s.value_dim));
       }
-      polyattn::exec::cpu::NextTile* asks = next.count ? &next : nullptr;
+      polyattn::exec::cpu::NextTile<>* asks = next.count ? &next : nullptr;
       if (pass != 1) {
-        const polyattn::exec::cpu::KeyTile<T> tile{keys + first, s.row, s.group_stride, s.key_dim, kTile, asks};
+        const polyattn::exec::cpu::KeyTile<T> tile{{keys + first, s.row}, s.group_stride, s.key_dim, kTile, asks};
         polyattn::exec::cpu::score_tile<Arch>(queries.data(), s.group, tile, scores.data());
       }
       if (pass != 0)
-        polyattn::exec::cpu::accumulate_tile<Arch>(scores.data(), s.group, values + first, s.row, kTile, acc.data(),
+        polyattn::exec::cpu::accumulate_tile<Arch>(scores.data(), s.group, polyattn::exec::cpu::TileRows{values + first, s.row}, kTile, acc.data(),
                                                    s.value_dim, next.paced() ? asks : nullptr);
       next.ask_rest();
     }

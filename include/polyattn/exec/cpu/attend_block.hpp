@@ -241,7 +241,7 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
     // row takes only the tokens it sees.
     const auto* value_rows = values.data + spec.value_offset;
     if (!masked || all_finite<Arch>(value_rows, values.stride, n, dv)) {
-      accumulate_weights<Arch>(s.st.data(), WeightIndex<true>{lanes}, lanes, value_rows, values.stride, n, s.acc.data(), dv);
+      accumulate_weights<Arch>(s.st.data(), WeightIndex<true>{lanes}, lanes, TileRows{value_rows, values.stride}, n, s.acc.data(), dv);
     } else {
       for (int r = 0; r < R; ++r) {
         const QueryJob& job = rows[std::size_t(r)];
@@ -250,7 +250,7 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
           return t + j >= keys.first && t + j < keys.end && (!KeyMaskT::drops_keys || KeyMaskT::keeps(job, t + j));
         };
         for (int g = 0; g < G; ++g)
-          accumulate_seen<Arch>(s.st.data() + lane(g, r), WeightIndex<true>{lanes}, value_rows, values.stride, n,
+          accumulate_seen<Arch>(s.st.data() + lane(g, r), WeightIndex<true>{lanes}, TileRows{value_rows, values.stride}, n,
                                 s.acc.data() + std::ptrdiff_t(lane(g, r)) * dv, dv, sees);
       }
     }

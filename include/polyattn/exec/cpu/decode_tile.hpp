@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -23,6 +24,44 @@ namespace polyattn::exec::cpu {
 /// every SIMD width. Fewer rows for wide rows (so that a tile stays in L1 between its score and
 /// value passes: 16 rows of XCache's 1536-byte row) ran 1.1-1.2x slower on SlimK2 and XCache.
 inline constexpr int kTile = 64;
+
+/// Most runs of the store a decode tile gathers (the pages of Paged<P>): one tile then takes up
+/// to kTile rows of small pages, so that its fixed costs per head (the softmax step, the
+/// accumulators' loads and stores) are shared by as many rows as Hnd's. With a tile per page,
+/// Paged<16> took 1.5x (float) and 1.8x (int8) Hnd's time with the cache in L3 (MHA, Intel Xeon).
+inline constexpr int kTileRuns = 8;
+
+/// The rows of a tile as its passes read them: row j at first + j * stride (one run of the
+/// store), or at table[j] (a tile that gathers several runs: the pages of Paged<P>, each page's
+/// rows read in the same pass as the others'), then `offset` elements on (the part of the row read).
+template <class T>
+struct TileRows {
+  const T* first = nullptr;
+  std::ptrdiff_t stride = 0;
+  const T* const* table = nullptr;  // nullptr: strided
+  std::ptrdiff_t offset = 0;
+
+  [[gnu::always_inline]] const T* operator[](int j) const {
+    return (table ? table[j] : first + std::ptrdiff_t(j) * stride) + offset;
+  }
+  /// The same rows, `elements` further into each.
+  TileRows plus(std::ptrdiff_t elements) const {
+    TileRows rows = *this;
+    rows.offset += elements;
+    return rows;
+  }
+  /// Rows j, j + 1, ... as rows 0, 1, ...
+  TileRows from(int j) const {
+    TileRows rows = *this;
+    if (table)
+      rows.table += j;
+    else
+      rows.first += std::ptrdiff_t(j) * stride;
+    return rows;
+  }
+};
+template <class T>
+TileRows(const T*, std::ptrdiff_t) -> TileRows<T>;  // clang before 17 deduces no aggregate's arguments
 
 /// Vector registers of the architecture: the register blocks below are sized to fit them.
 template <class Arch>
@@ -107,9 +146,10 @@ template <int Write = 0, int Locality = 3>
 /// do not follow one another): row j of the score pass asks for the next tile's key row j whole
 /// (score_step), and its value row j too. Lines go into L2 only (prefetcht2): a tile of XCache
 /// rows is 96 KiB, more than L1, and prefetches into L1 ran 1.1-1.2x slower on SlimK2 and XCache.
+template <int MaxRuns = 1>
 struct NextTile {
-  /// The lines of the next tile's rows (`count` of them) of one kind: `bytes` bytes of each row,
-  /// rows `stride` bytes apart from `first` (the first byte read).
+  /// The lines of the next tile's rows of one kind in one run of the store: `bytes` bytes of
+  /// each row, rows `stride` bytes apart from `first` (the first byte read).
   struct Lines {
     const char* first = nullptr;  // nullptr: none
     std::ptrdiff_t stride = 0;
@@ -120,53 +160,93 @@ struct NextTile {
       if (first) ask_bytes<0, 1>(first + j * stride, bytes);
     }
   };
-  Lines keys;          // the next tile's key rows (the part the tile reads)
-  Lines values;        // value rows of their own (first nullptr: none; see attend_chunk for which groups)
-  int count = 0;       // rows to ask for (0: nothing)
+  /// Rows [first, first + count) of the next tile, which lie in one run of the store.
+  struct Run {
+    Lines keys;    // the key rows (the part the tile reads)
+    Lines values;  // value rows of their own (first nullptr: none; see attend_chunk for which groups)
+    int first = 0, count = 0;
+  };
+  // What the passes read and write for every ask first.
+  int count = 0;       // rows to ask for, over all runs (0: nothing)
   int spacing = 0;     // paced: vector loads per line asked; 0: row j whole as row j is scored
   int countdown = 0;   // paced: loads until the next ask
-  // Paced: the next tile's lines as one sequence, line k at address line(k): the key rows' lines,
-  // then the value rows'. Addresses, not pointers: value_lines may lie before any object.
-  std::uintptr_t key_lines = 0;    // the key rows' first line
-  std::uintptr_t value_lines = 0;  // the value rows' first line, less key_line_count lines
-  int key_line_count = 0, line_count = 0, asked = 0;
+  int line_count = 0, asked = 0;
+  // Paced: the next tile's lines as one sequence, every run's key lines, then every run's value
+  // lines; span s holds lines [span_end[s - 1], span_end[s]), line k of it at span_base[s] + 64 k.
+  // Addresses, not pointers: a base may lie before any object. One run (MaxRuns 1: Hnd, Nhd)
+  // has two spans, and ask_one picks one without a branch; several (the pages of Paged<P>) are
+  // walked span by span. (That walk, compiled for one run too, cost MHA f32 on Hnd 1.03-1.05x
+  // the time with the cache in L3: AMD EPYC Zen 5, batch 16, L 1500.)
+  int span = 0, span_limit = 0;  // the span of the next line to ask for, and its end
+  std::uintptr_t span_base[2 * MaxRuns];
+  int span_end[2 * MaxRuns];
+  int run_count = 0;
+  Run runs[MaxRuns];
 
+  /// Forgets every run: nothing to ask for.
+  void clear() { run_count = count = line_count = asked = spacing = 0; }
+  /// Adds the next run's rows; past MaxRuns runs, the rest of the tile is not asked for.
+  void add(const Lines& keys, const Lines& values, int rows) {
+    if (run_count == MaxRuns) return;
+    runs[run_count++] = {keys, values, count, rows};
+    count += rows;
+  }
   /// Paces the asks over a tile's work: `loads_per_row` vector loads of both passes per row of the
   /// tile (score_loads_per_row + value_loads_per_row), for each of `heads` heads whose passes
-  /// tick it; 0: unpaced. Only where each kind's rows follow one another (stride == bytes: Hnd,
-  /// Nhd with every head's part, a page's block), so that the lines are one span per kind.
+  /// tick it; 0: unpaced. Only where each run's rows of each kind follow one another (stride ==
+  /// bytes: Hnd, Nhd with every head's part, a page's block), so that they are one span of lines.
   void pace(int loads_per_row, int heads = 1) {
     spacing = 0;
-    asked = key_line_count = line_count = 0;
-    if (loads_per_row == 0 || count == 0 || !spans(keys) || !spans(values)) return;
-    const auto span = [&](const Lines& l, std::uintptr_t& first_line) {  // the lines rows [0, count) touch
-      if (!l.first) return 0;
-      const auto begin = reinterpret_cast<std::uintptr_t>(l.first) / 64 * 64;
-      const auto end = (reinterpret_cast<std::uintptr_t>(l.first) + std::uintptr_t(count) * std::uintptr_t(l.bytes) + 63) / 64 * 64;
-      first_line = begin;
-      return int((end - begin) / 64);
+    asked = line_count = 0;
+    int spans = 0;
+    if (loads_per_row == 0 || count == 0) return;
+    for (int r = 0; r < run_count; ++r)
+      if (!follow(runs[r].keys) || !follow(runs[r].values)) return;
+    const auto add_span = [&](int s, const Lines& l, int rows) {  // span s: the lines rows [0, rows) touch (none: empty)
+      std::uintptr_t begin = 0, end = 0;
+      if (l.first) {
+        begin = reinterpret_cast<std::uintptr_t>(l.first) / 64 * 64;
+        end = (reinterpret_cast<std::uintptr_t>(l.first) + std::uintptr_t(rows) * std::uintptr_t(l.bytes) + 63) / 64 * 64;
+      }
+      span_base[s] = begin - std::uintptr_t(line_count) * 64;
+      line_count += int((end - begin) / 64);
+      span_end[s] = line_count;
     };
-    key_line_count = span(keys, key_lines);
-    const int value_line_count = span(values, value_lines);
-    value_lines -= std::uintptr_t(key_line_count) * 64;
-    line_count = key_line_count + value_line_count;
+    for (int r = 0; r < run_count; ++r) add_span(spans++, runs[r].keys, runs[r].count);
+    for (int r = 0; r < run_count; ++r) add_span(spans++, runs[r].values, runs[r].count);
+    span = 0;
+    span_limit = span_end[0];
     spacing = std::max(1, heads * count * loads_per_row / std::max(1, line_count));
     countdown = spacing;
   }
-  /// Row j of this tile is being scored (unpaced only).
+  /// Row j of this tile is being scored (unpaced only): the next tile's row j, keys and values.
   [[gnu::always_inline]] void score_step(int j) const {
     if (spacing > 0 || j >= count) return;
-    keys.ask_row(j);
-    values.ask_row(j);
+    int r = 0;
+    if constexpr (MaxRuns > 1)
+      while (j >= runs[r].first + runs[r].count) ++r;
+    runs[r].keys.ask_row(j - runs[r].first);
+    runs[r].values.ask_row(j - runs[r].first);
   }
   /// Whether the value pass asks for part of the next tile.
   bool paced() const { return spacing > 0; }
   /// The address of line k < line_count of the paced sequence.
-  std::uintptr_t line(int k) const { return (k < key_line_count ? key_lines : value_lines) + std::uintptr_t(k) * 64; }
+  std::uintptr_t line(int k) const {
+    int s = 0;
+    while (k >= span_end[s]) ++s;
+    return span_base[s] + std::uintptr_t(k) * 64;
+  }
   /// Asks for the next line (paced).
   [[gnu::always_inline]] void ask_one() {
     if (asked >= line_count) return;
-    __builtin_prefetch(reinterpret_cast<const void*>(line(asked)), 0, 1);
+    std::uintptr_t base;
+    if constexpr (MaxRuns == 1) {
+      base = asked < span_limit ? span_base[0] : span_base[1];
+    } else {
+      while (asked >= span_limit) span_limit = span_end[++span];  // (an empty span is passed)
+      base = span_base[span];
+    }
+    __builtin_prefetch(reinterpret_cast<const void*>(base + std::uintptr_t(asked) * 64), 0, 1);
     ++asked;
   }
   /// Every paced line not asked for yet.
@@ -175,33 +255,47 @@ struct NextTile {
   }
 
  private:
-  static bool spans(const Lines& l) { return !l.first || l.stride == l.bytes; }
+  static bool follow(const Lines& l) { return !l.first || l.stride == l.bytes; }
 };
+
+/// Unrolls the loop that follows (a compile-time count of a few vectors) whole. The loops that tick
+/// the asks (tick_asks) need it: with a walk over spans in ask_one (several runs to a tile), GCC 12
+/// left score_rows' and score_slices' loops over a row's key vectors rolled and held the keys in
+/// memory: XCache half on Hnd took 1.4x as long, MQA half 1.3x.
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define POLYATTN_UNROLL _Pragma("GCC unroll 16")
+#else
+#define POLYATTN_UNROLL
+#endif
 
 /// A NextTile's paced asks as a pass's loop holds them: `left`, the loads until the next ask, in
 /// a register (asks_left), one tick per vector load of the tile's rows (tick_asks), written back
 /// when the loop ends (keep_asks_left). Plain functions on an int: held in an object with a
 /// destructor, GCC 12 kept accumulate_columns' 16-bit accumulators in memory (1.4-1.7x as long).
-inline int asks_left(const NextTile* next) { return next && next->paced() ? next->countdown : 1 << 30; }
-[[gnu::always_inline]] inline void tick_asks(NextTile* next, int& left) {
+template <class Next>
+int asks_left(const Next* next) {
+  return next && next->paced() ? next->countdown : 1 << 30;
+}
+template <class Next>
+[[gnu::always_inline]] inline void tick_asks(Next* next, int& left) {
   if (--left == 0) {  // never without a paced NextTile: a loop ticks far fewer than 2^30 times
     left = next->spacing;
     next->ask_one();
   }
 }
-inline void keep_asks_left(NextTile* next, int left) {
+template <class Next>
+void keep_asks_left(Next* next, int left) {
   if (next && next->paced()) next->countdown = left;
 }
 
 /// Where a tile's key rows are and how the group reads them.
-template <class T>
+template <class T, class Next = NextTile<>>
 struct KeyTile {
-  const T* rows;               // row j at rows + j * stride
-  std::ptrdiff_t stride;
+  TileRows<T> rows;            // row j at rows[j] (the key's first element)
   std::ptrdiff_t group_stride; // head g reads its key at + g * group_stride (0: the group shares one key)
   int dim;                     // key_dim
   int count;                   // n <= kTile rows
-  NextTile* next = nullptr;    // score_step(j) as row j is scored (nullptr: nothing to ask for)
+  Next* next = nullptr;        // score_step(j) as row j is scored (nullptr: nothing to ask for)
 };
 
 /// Makes the compiler hold b in a register: a vector loaded once for several multiply-adds is
@@ -236,8 +330,8 @@ constexpr int rows_per_block() {
 /// see a forward stream); a register block of 8 rows (one head) read column-block by column-block
 /// ran 1.3-1.5x slower on MHA and MQA with the cache in L3 or DRAM, and one head's slice across
 /// all rows of the tile, then the next head's, 1.4x slower on SlimK2.
-template <class Arch, int NG, bool SharedKey, class T>
-void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys, float* scores) {
+template <class Arch, int NG, bool SharedKey, class T, class Next>
+void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>& keys, float* scores) {
   using B = xsimd::batch<float, Arch>;
   // A shared key: a block of rows only where it serves 4 heads or more (with GQA's 2 heads the 4
   // interleaved rows ran 1.1x slower, Hnd, L 65536, batch 16). Head slices (SlimK2's, where
@@ -250,6 +344,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
   constexpr int W = int(B::size);
   constexpr int R = SharedKey ? (NG >= 4 ? rows_per_block<Arch, NG>() : 1) : std::min(2, rows_per_block<Arch, NG>());
   const int dim_vec = keys.dim / W * W;
+  const TileRows<T> rows = keys.rows;  // a local copy, which the asks' stores cannot change: kept in registers
   alignas(64) B partial[NG][W];
   int asks = asks_left(keys.next);
   for (int j0 = 0; j0 < keys.count; j0 += W) {
@@ -257,7 +352,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
     for (int jj = 0; jj < W; jj += R) {
       const T* k[R];
       for (int r = 0; r < R; ++r) {  // rows past the tile repeat its last row: valid memory, scores unused
-        k[r] = keys.rows + std::ptrdiff_t(std::min(j0 + jj + r, keys.count - 1)) * keys.stride;
+        k[r] = rows[std::min(j0 + jj + r, keys.count - 1)];
         if (keys.next && j0 + jj + r < keys.count) keys.next->score_step(j0 + jj + r);
       }
       B acc[R][NG];
@@ -266,6 +361,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
       if constexpr (SharedKey) {
         for (int c = 0; c < dim_vec; c += W) {
           B kv[R];
+          POLYATTN_UNROLL
           for (int r = 0; r < R; ++r) kv[r] = load_floats<Arch>(k[r] + c), tick_asks(keys.next, asks);
           for (int g = 0; g < NG; ++g) {
             B qv = B::load_unaligned(q + g * q_stride + c);
@@ -278,6 +374,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
           for (int g = 0; g < NG; ++g) {
             B qv = B::load_unaligned(q + g * q_stride + c);
             if constexpr (R > 1) keep_in_register(qv);
+            POLYATTN_UNROLL
             for (int r = 0; r < R; ++r) {
               acc[r][g] = xsimd::fma(qv, load_floats<Arch>(k[r] + g * keys.group_stride + c), acc[r][g]);
               tick_asks(keys.next, asks);
@@ -290,7 +387,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T>& keys,
     for (int g = 0; g < NG; ++g) sum_each<Arch>(partial[g]).store_unaligned(scores + g * kTile + j0);
     if (dim_vec < keys.dim)  // key dims past the last full vector: scalar (17, 40, 72, ...)
       for (int jj = 0; jj < m; ++jj) {
-        const T* k = keys.rows + std::ptrdiff_t(j0 + jj) * keys.stride;
+        const T* k = rows[j0 + jj];
         for (int g = 0; g < NG; ++g) {
           const T* kg = k + (SharedKey ? 0 : g * keys.group_stride);
           float tail = 0.0f;
@@ -324,8 +421,8 @@ inline constexpr int kSliceHeads = std::min(8, kSliceQueryRegisters<Arch> / NV);
 /// would take 0.65x, about L2's bandwidth for its 1536-byte rows.) Heads past `heads` are
 /// skipped by a test the compiler unrolls, which keeps the instances to one per NV for slices
 /// (and three for a shared key: score_tile).
-template <class Arch, int NG, int NV, bool SharedKey, class T>
-void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyTile<T>& keys, float* scores) {
+template <class Arch, int NG, int NV, bool SharedKey, class T, class Next>
+void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyTile<T, Next>& keys, float* scores) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
   B qv[NG][NV];
@@ -334,15 +431,18 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
       qv[g][i] = g < heads ? B::load_unaligned(q + g * q_stride + i * W) : B(0.0f);
       keep_in_register(qv[g][i]);
     }
+  const TileRows<T> rows = keys.rows;  // a local copy, which the asks' stores cannot change: kept in registers
   alignas(64) B partial[NG][W];
   int asks = asks_left(keys.next);
   for (int j0 = 0; j0 < keys.count; j0 += W) {
     for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
-      const T* k = keys.rows + std::ptrdiff_t(std::min(j0 + jj, keys.count - 1)) * keys.stride;
+      const T* k = rows[std::min(j0 + jj, keys.count - 1)];
       if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
       B kv[SharedKey ? NV : 1];
-      if constexpr (SharedKey)
+      if constexpr (SharedKey) {
+        POLYATTN_UNROLL
         for (int i = 0; i < NV; ++i) kv[i] = load_floats<Arch>(k + i * W), tick_asks(keys.next, asks);
+      }
       const auto key = [&](int g, int i) {
         if constexpr (SharedKey)
           return kv[i];
@@ -354,8 +454,10 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
         B acc = qv[g][0] * key(g, 0);
         for (int i = 1; i < NV; ++i) acc = xsimd::fma(qv[g][i], key(g, i), acc);
         partial[g][jj] = acc;
-        if constexpr (!SharedKey)  // a tick per load of the head's slice
+        if constexpr (!SharedKey) {  // a tick per load of the head's slice
+          POLYATTN_UNROLL
           for (int i = 0; i < NV; ++i) tick_asks(keys.next, asks);
+        }
       }
     }
     for (int g = 0; g < heads; ++g) sum_each<Arch>(partial[g]).store_unaligned(scores + g * kTile + j0);
@@ -366,11 +468,11 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
 /// Calls f(g0, heads, block) for each block of up to `per_block` heads of a group, g0 its first
 /// head: `block` is the tile as head g0 reads it (its slice of the row at g0 * group_stride), and
 /// only the first block asks for the next tile.
-template <class T, class F>
-void for_each_head_block(int group, int per_block, const KeyTile<T>& keys, F&& f) {
+template <class T, class Next, class F>
+void for_each_head_block(int group, int per_block, const KeyTile<T, Next>& keys, F&& f) {
   for (int g0 = 0; g0 < group; g0 += per_block) {
-    KeyTile<T> block = keys;
-    block.rows += g0 * keys.group_stride;
+    KeyTile<T, Next> block = keys;
+    block.rows = keys.rows.plus(g0 * keys.group_stride);
     if (g0 > 0) block.next = nullptr;
     f(g0, std::min(per_block, group - g0), block);
   }
@@ -383,15 +485,15 @@ void for_each_head_block(int group, int per_block, const KeyTile<T>& keys, F&& f
 /// holds an unused head's query. Before, score_rows took shared keys of any width: with its query
 /// reloaded for every row, MHA's score pass took 1.5-1.6x as long with its tile in L1 or L2 (key
 /// dim 64, f32 and f16, one core; bench_decode_tile).
-template <class Arch, class T>
-void score_tile(const float* q, int group, const KeyTile<T>& keys, float* scores) {
+template <class Arch, class T, class Next>
+void score_tile(const float* q, int group, const KeyTile<T, Next>& keys, float* scores) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   if (keys.dim % W == 0 && keys.dim / W <= kMaxSliceVectors)
     return with_count<kMaxSliceVectors>(keys.dim / W, [&](auto nv) {
       constexpr int NV = decltype(nv)::value, NG = kSliceHeads<Arch, NV>;
       if (keys.group_stride == 0 && group <= 2)
         return with_count<2>(group, [&](auto ng) { score_slices<Arch, decltype(ng)::value, NV, true>(q, keys.dim, group, keys, scores); });
-      for_each_head_block(group, NG, keys, [&](int g0, int heads, const KeyTile<T>& block) {
+      for_each_head_block(group, NG, keys, [&](int g0, int heads, const KeyTile<T, Next>& block) {
         if (keys.group_stride == 0)
           score_slices<Arch, NG, NV, true>(q + g0 * keys.dim, keys.dim, heads, block, scores + g0 * kTile);
         else
@@ -399,7 +501,7 @@ void score_tile(const float* q, int group, const KeyTile<T>& keys, float* scores
       });
     });
   constexpr int kHeads = kVectorRegisters<Arch> == 32 ? 8 : 4;
-  for_each_head_block(group, kHeads, keys, [&](int g0, int heads, const KeyTile<T>& block) {
+  for_each_head_block(group, kHeads, keys, [&](int g0, int heads, const KeyTile<T, Next>& block) {
     with_count<kHeads>(heads, [&](auto ng) {
       constexpr int NG = decltype(ng)::value;
       if (keys.group_stride == 0)
@@ -435,9 +537,9 @@ struct WeightIndex {
 /// acc[g][c .. c + NC*W) += sum_j w(g, j) row_j[c ..] for NG query vectors: NG x NC accumulators
 /// stay in registers over the n rows, each row's NC vectors are loaded once for the NG vectors.
 /// Registers: NG*NC accumulators + NC values + 1 weight.
-template <class Arch, int NG, int NC, class T, bool ByToken>
-void accumulate_columns(const float* w, WeightIndex<ByToken> at, const T* rows, std::ptrdiff_t stride, int n, float* acc,
-                        int acc_stride, int c, NextTile* next = nullptr) {
+template <class Arch, int NG, int NC, class T, bool ByToken, class Next = NextTile<>>
+void accumulate_columns(const float* w, WeightIndex<ByToken> at, TileRows<T> rows, int n, float* acc, int acc_stride, int c,
+                        Next* next = nullptr) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
   B a[NG][NC];
@@ -445,8 +547,9 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, const T* rows, 
     for (int i = 0; i < NC; ++i) a[g][i] = B::load_unaligned(acc + g * acc_stride + c + i * W);
   int asks = asks_left(next);
   for (int j = 0; j < n; ++j) {
-    const T* r = rows + std::ptrdiff_t(j) * stride + c;
+    const T* r = rows[j] + c;
     B v[NC];
+    POLYATTN_UNROLL
     for (int i = 0; i < NC; ++i) {
       v[i] = load_floats<Arch>(r + i * W);
       if constexpr (!ByToken) tick_asks(next, asks);  // prefill blocks (ByToken) ask for nothing
@@ -484,12 +587,12 @@ constexpr int value_loads_per_row(int group, int dim) {
 }
 
 /// acc[g][:] += sum_j w(g, j) row_j[:] for `m` query vectors (weight (g, j) at w[at(g, j)]),
-/// row_j = rows + j * stride, `dim` columns, acc row stride `acc_stride` (0: dim). Column blocks
+/// row_j = rows[j], `dim` columns, acc row stride `acc_stride` (0: dim). Column blocks
 /// outside, vector blocks inside: a column block of the tile's rows stays in L1 while every vector
 /// block reads it.
-template <class Arch, class T, bool ByToken>
-void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T* rows, std::ptrdiff_t stride, int n, float* acc,
-                        int dim, int acc_stride = 0, NextTile* next = nullptr) {
+template <class Arch, class T, bool ByToken, class Next = NextTile<>>
+void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, TileRows<T> rows, int n, float* acc, int dim,
+                        int acc_stride = 0, Next* next = nullptr) {
   if (acc_stride == 0) acc_stride = dim;
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   constexpr int kVectors = ByToken ? kBlockValueVectors<Arch> : kValueVectors<Arch>;
@@ -499,14 +602,14 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T*
     if constexpr (ByToken) {  // prefill blocks: whole register blocks, then one vector at a time (fewer instantiations)
       int g0 = 0;
       for (; g0 + kVectors <= m; g0 += kVectors)
-        accumulate_columns<Arch, kVectors, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * acc_stride, acc_stride, c);
+        accumulate_columns<Arch, kVectors, NC>(w + at(g0, 0), at, rows, n, acc + std::ptrdiff_t(g0) * acc_stride, acc_stride, c);
       for (; g0 < m; ++g0)
-        accumulate_columns<Arch, 1, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * acc_stride, acc_stride, c);
+        accumulate_columns<Arch, 1, NC>(w + at(g0, 0), at, rows, n, acc + std::ptrdiff_t(g0) * acc_stride, acc_stride, c);
     } else {  // decode: a group's heads in one pass over the tile's rows, however many
       for (int g0 = 0; g0 < m; g0 += kVectors)
         with_count<kVectors>(std::min(kVectors, m - g0), [&](auto ng) {
-          accumulate_columns<Arch, decltype(ng)::value, NC>(w + at(g0, 0), at, rows, stride, n, acc + std::ptrdiff_t(g0) * acc_stride,
-                                                            acc_stride, c, next);
+          accumulate_columns<Arch, decltype(ng)::value, NC>(w + at(g0, 0), at, rows, n, acc + std::ptrdiff_t(g0) * acc_stride, acc_stride,
+                                                            c, next);
         });
     }
   };
@@ -516,29 +619,29 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, const T*
   for (; c < dim; ++c)  // columns past the last full vector
     for (int g = 0; g < m; ++g) {
       float a = acc[std::ptrdiff_t(g) * acc_stride + c];
-      for (int j = 0; j < n; ++j) a += w[at(g, j)] * element_value(rows[std::ptrdiff_t(j) * stride + c]);
+      // (std::fma, not a * b + c, which GCC contracted in one of the strided and gathered paths
+      // and not in the other)
+      for (int j = 0; j < n; ++j) a = std::fma(w[at(g, j)], element_value(rows[j][c]), a);
       acc[std::ptrdiff_t(g) * acc_stride + c] = a;
     }
 }
 
-/// Decode's value half: acc[g][:] += sum_j p[g][j] row_j[:] for the `group` heads, p[g][j] at
+/// Decode's value half: acc[g][:] += sum_j p[g][j] rows[j][:] for the `group` heads, p[g][j] at
 /// p[g * kTile + j].
-template <class Arch, class T>
-void accumulate_tile(const float* p, int group, const T* rows, std::ptrdiff_t stride, int n, float* acc, int dim,
-                     NextTile* next = nullptr) {
-  accumulate_weights<Arch>(p, WeightIndex<false>{}, group, rows, stride, n, acc, dim, 0, next);
+template <class Arch, class T, class Next = NextTile<>>
+void accumulate_tile(const float* p, int group, TileRows<T> rows, int n, float* acc, int dim, Next* next = nullptr) {
+  accumulate_weights<Arch>(p, WeightIndex<false>{}, group, rows, n, acc, dim, 0, next);
 }
 
 /// out[g * kTile + j] = p[g * kTile + j] * scale_j(s) for g < group and j < n: each of the group's
-/// scores or weights at token j times segment s's scale of row j (at rows + j * stride). The scales
+/// scores or weights at token j times segment s's scale of row j (starting at rows[j]). The scales
 /// are gathered once, then applied W tokens at a time (the same product per element); out may be p.
 template <class Arch>
-void scale_by_segment(const float* p, int group, const std::int8_t* rows, std::ptrdiff_t stride, int n, RowScales layout,
-                      int s, float* out) {
+void scale_by_segment(const float* p, int group, TileRows<std::int8_t> rows, int n, RowScales layout, int s, float* out) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
   alignas(64) float scales[kTile];  // n <= kTile
-  for (int j = 0; j < n; ++j) scales[j] = segment_scale(rows + std::ptrdiff_t(j) * stride, layout, s);
+  for (int j = 0; j < n; ++j) scales[j] = segment_scale(rows[j], layout, s);
   int j = 0;
   for (; j + W <= n; j += W) {
     const B scale = B::load_aligned(scales + j);
@@ -557,13 +660,13 @@ void scale_by_segment(const float* p, int group, const std::int8_t* rows, std::p
 /// cpu-clock). Vectorised, SlimK2 int8 took 0.77-0.80 of the time and XCache int8 (one segment)
 /// 0.97 (Intel Xeon, Hnd, L 65536, batch 16, medians of 15 calls alternated in one process, equal
 /// sums).
-template <class Arch>
-void accumulate_int8_tile(const float* p, int group, const std::int8_t* rows, std::ptrdiff_t stride, int n, RowScales layout,
-                          float* w, float* acc, NextTile* next = nullptr) {
+template <class Arch, class Next = NextTile<>>
+void accumulate_int8_tile(const float* p, int group, TileRows<std::int8_t> rows, int n, RowScales layout, float* w, float* acc,
+                          Next* next = nullptr) {
   for (int s = 0; s < layout.segments(); ++s) {
     const int first = s * layout.segment, width = std::min(layout.segment, layout.codes - first);
-    scale_by_segment<Arch>(p, group, rows, stride, n, layout, s, w);
-    accumulate_weights<Arch>(w, WeightIndex<false>{}, group, rows + first, stride, n, acc + first, width, layout.codes, next);
+    scale_by_segment<Arch>(p, group, rows, n, layout, s, w);
+    accumulate_weights<Arch>(w, WeightIndex<false>{}, group, rows.plus(first), n, acc + first, width, layout.codes, next);
   }
 }
 
