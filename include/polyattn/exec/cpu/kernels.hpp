@@ -93,7 +93,7 @@ bool all_finite(const T* rows, std::ptrdiff_t stride, int n, int dim) {
 /// consecutive kept tokens at a time: a token a row does not see has weight 0, but its value need
 /// not be finite (0 * inf is NaN), so it is not read at all. One query vector (weights at w).
 template <class Arch, class T, bool ByToken, class Seen>
-void accumulate_seen(const float* w, WeightIndex<ByToken> at, const TileRows<T>& rows, int n, float* acc, int dim, Seen&& seen) {
+void accumulate_seen(const float* w, WeightIndex<ByToken> at, TileRows<T> rows, int n, float* acc, int dim, Seen&& seen) {
   for (int a = 0; a < n;) {
     if (!seen(a)) {
       ++a;
@@ -191,7 +191,6 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
   }
   const int value_begin = int8 ? 0 : spec.value_offset;
   const int value_end = int8 ? spec.value_scales.stored_elements() : spec.value_offset + dv;
-  constexpr int W = int(xsimd::batch<float, Arch>::size);
   // Vector loads of a row in both passes: the paced asks' clock (NextTile::pace).
   const int loads_per_row = score_loads_per_row<Arch>(G, spec.key_dim, spec.key_group_stride == 0) + value_loads_per_row<Arch>(G, dv);
   // A tile's rows from token `from`: one run of the store, or several (the pages of Paged<P>,
@@ -231,7 +230,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // head asks for its own part, keys and values, as it is scored (each_head); asked only for
     // the first head, the other heads' blocks came in on demand.
     const bool new_runs = run_count > 1 || tile.ends_run;
-    const auto ask_next_tile = [&](Next& next, int h, bool values_too) {
+    const auto set_next_tile = [&](Next& next, int h, bool values_too) {
       next.clear();
       for (int i = 0; i < next_tile.run_count; ++i) {
         const int from = t + n + next_tile.runs[i].offset;
@@ -277,7 +276,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     const bool paced = pace_heads || !blocks_apart || each_head;
     next.clear();
     if (!each_head) {
-      ask_next_tile(next, 0, separate_values);
+      set_next_tile(next, 0, separate_values);
       next.pace(paced ? loads_per_row : 0, pace_heads ? heads : 1);
     }
     for (int h = 0; h < heads; ++h) {
@@ -305,7 +304,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       SoftmaxState<float>* states = result.states + std::ptrdiff_t(h) * G;
       float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
       if (each_head) {
-        ask_next_tile(next, h, true);
+        set_next_tile(next, h, true);
         next.pace(loads_per_row);
       }
       Next* asks = next.count && (h == 0 || paced) ? &next : nullptr;  // what the passes tick (nullptr: nothing)
