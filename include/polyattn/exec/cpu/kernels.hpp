@@ -279,28 +279,49 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       set_next_tile(next, 0, separate_values);
       next.pace(paced ? loads_per_row : 0, pace_heads ? heads : 1);
     }
+    const T* key_table[kTile];  // the rows of a tile over several runs (TileRows)
+    const T* value_table[kTile];
+    std::ptrdiff_t table_strides[kTileRuns][2];  // the tables' runs' strides, keys and values
     for (int h = 0; h < heads; ++h) {
       // The tile's rows of head h, run by run, and as its passes read them: strided in one run,
       // else through a table of rows, so that each pass takes all of the tile's pages at once
       // (before, each page of Paged<16> had passes of its own, which reload the group's queries
-      // and accumulators: against that, at L 65536, batch 16, MQA, SlimK2 and XCache half took
-      // 0.85-0.91 of the time, MQA f32 0.96 and int8 0.92, MHA and GQA<2> int8 0.91-0.96, SlimK2
-      // f32 1.07, MHA 16-bit 1.03-1.04, the contiguous layouts 0.98-1.02; AMD EPYC Zen 5, 2
-      // threads, medians of 7 calls alternated in one process, the same outputs).
+      // and accumulators: see the README's Zen 5 section for the A/B).
       CacheRun<T> keys[kTileRuns], values[kTileRuns];
-      const T* key_table[kTile];
-      const T* value_table[kTile];
       for (int i = 0; i < run_count; ++i) {
         keys[i] = store.run(spec.key_tensor, seq, t + runs[i].offset, first_head + h);
         values[i] = store.run(spec.value_tensor, seq, t + runs[i].offset, first_head + h);
-        for (int j = 0; run_count > 1 && j < runs[i].count; ++j) {
-          key_table[runs[i].offset + j] = keys[i].data + std::ptrdiff_t(j) * keys[i].stride;
-          value_table[runs[i].offset + j] = values[i].data + std::ptrdiff_t(j) * values[i].stride;
+      }
+      // The tables are built for the tile's first head. Paged<P> puts head h's block of a page at
+      // the same distance from head 0's in every page, so the other heads read the same tables at
+      // their distance (TileRows::offset); a store that does not gets tables of its own per head.
+      // (Built again for each head, MHA 16-bit on Paged<16> took 1.04x as long.)
+      std::ptrdiff_t key_shift = 0, value_shift = 0;
+      if (run_count > 1) {
+        bool shared = h > 0;
+        if (shared) {
+          key_shift = keys[0].data - key_table[0];
+          value_shift = values[0].data - value_table[0];
+          for (int i = 0; shared && i < run_count; ++i)
+            shared = keys[i].data - key_table[runs[i].offset] == key_shift && values[i].data - value_table[runs[i].offset] == value_shift &&
+                     keys[i].stride == table_strides[i][0] && values[i].stride == table_strides[i][1];
+        }
+        if (!shared) {
+          key_shift = value_shift = 0;
+          for (int i = 0; i < run_count; ++i) {
+            table_strides[i][0] = keys[i].stride;
+            table_strides[i][1] = values[i].stride;
+            for (int j = 0; j < runs[i].count; ++j) {
+              key_table[runs[i].offset + j] = keys[i].data + std::ptrdiff_t(j) * keys[i].stride;
+              value_table[runs[i].offset + j] = values[i].data + std::ptrdiff_t(j) * values[i].stride;
+            }
+          }
         }
       }
-      const TileRows<T> key_rows = run_count > 1 ? TileRows<T>{nullptr, 0, key_table} : TileRows<T>{keys[0].data, keys[0].stride};
+      const TileRows<T> key_rows =
+          run_count > 1 ? TileRows<T>{nullptr, 0, key_table, key_shift} : TileRows<T>{keys[0].data, keys[0].stride};
       const TileRows<T> value_rows =
-          run_count > 1 ? TileRows<T>{nullptr, 0, value_table} : TileRows<T>{values[0].data, values[0].stride};
+          run_count > 1 ? TileRows<T>{nullptr, 0, value_table, value_shift} : TileRows<T>{values[0].data, values[0].stride};
       SoftmaxState<float>* states = result.states + std::ptrdiff_t(h) * G;
       float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
       if (each_head) {
