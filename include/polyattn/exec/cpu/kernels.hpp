@@ -249,17 +249,20 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     };
     // The next tile's lines are asked for one at a time, every few vector loads of this tile's
     // passes (NextTile::pace), wherever its rows lie in one run of the store (Hnd; Nhd, all heads'
-    // parts, over every head's passes; SlimK2, XCache and MQA on any layout), float, 16-bit and
-    // int8 alike. Where the next tile's rows lie in a block of their own per head (Paged<P> with
+    // parts, over every head's passes; SlimK2, XCache and MQA on any layout; the pages of
+    // Paged<P>, run after run), float, 16-bit and int8 alike. Where the next tile's rows lie in a block of their own per head (Paged<P> with
     // several heads to a task: heads_apart), each head asks for its own part, keys and values,
     // paced over its own passes (each_head). Against asking a row whole as that row was scored:
     // MHA and GQA<2> on Paged<16> took 0.77-0.90 of the time (f32, half, bfloat16; int8 0.90-0.97)
     // at L 65536 with batch 1 and 16 and at L 4096 with batch 64, GQA<2> half on Paged<256>
     // 0.89-0.91, MHA f32 there 0.99-1.01, and in the L3 (L 1500, batch 16) 0.85-1.03 (AMD EPYC Zen
     // 5, 2 threads, medians of 7-41 calls alternated in one process, the same outputs). A single
-    // head's next rows in new runs (MQA, SlimK2, XCache on Paged<P>) are still asked a row whole
-    // as each row is scored: paced, MQA f32 on Paged<16> took 1.18x as long (the next pages came
-    // too late; Intel Xeon, L 65536, batch 16). A page of Paged<P> holds each head's rows as a
+    // head's next pages (MQA on Paged<P>) are paced too, now that a tile's pages are one pass and
+    // one sequence of asks: against a row whole as each row was scored, MQA on Paged<16> took
+    // 0.88-0.97 of the time in half, 0.96-0.99 in f32 and 0.97 in int8 at L 65536, batch 16, and
+    // 0.85-0.95 at L 4096, batch 64; on Paged<64> 0.88-0.91; at batch 1 0.96-1.04 (AMD EPYC Zen 5,
+    // medians of 11-61 alternated calls, the same outputs). Paced page by page, each page's passes
+    // apart, MQA f32 on Paged<16> had taken 1.18x as long on the Intel Xeon. A page of Paged<P> holds each head's rows as a
     // block of its own, so a task's heads ask for their own parts of the next tile even within a
     // page (P > kTile): with head 0's asks only, MHA and GQA<2> on Paged<256> took 1.06-1.28x as
     // long (L 65536 batch 16, L 4096 batch 64).
@@ -273,11 +276,10 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     const bool heads_apart = heads_paged<Store>() && heads > 1;
     const bool blocks_apart = (new_runs || heads_apart) && separate_values;  // a head's next rows: a block of its own
     const bool each_head = blocks_apart && heads > 1 && !pace_heads;
-    const bool paced = pace_heads || !blocks_apart || each_head;
     next.clear();
     if (!each_head) {
       set_next_tile(next, 0, separate_values);
-      next.pace(paced ? loads_per_row : 0, pace_heads ? heads : 1);
+      next.pace(loads_per_row, pace_heads ? heads : 1);
     }
     const T* key_table[kTile];  // the rows of a tile over several runs (TileRows)
     const T* value_table[kTile];
@@ -328,7 +330,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
         set_next_tile(next, h, true);
         next.pace(loads_per_row);
       }
-      Next* asks = next.count && (h == 0 || paced) ? &next : nullptr;  // what the passes tick (nullptr: nothing)
+      Next* asks = next.count ? &next : nullptr;  // what the passes tick (nullptr: nothing)
       score_tile<Arch>(q + std::ptrdiff_t(h) * G * spec.key_dim, G,
                        KeyTile<T, Next>{key_rows.plus(spec.key_offset), std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n, asks}, scores);
       if constexpr (int8) {  // the dot products were with the codes: times the scale of the segment head g read
@@ -366,9 +368,9 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
         if constexpr (int8) {
           thread_local ScratchFloats weights;
           weights.resize(std::size_t(G) * kTile);
-          accumulate_int8_tile<Arch>(scores, G, value_rows, n, spec.value_scales, weights.data(), acc, paced ? asks : nullptr);
+          accumulate_int8_tile<Arch>(scores, G, value_rows, n, spec.value_scales, weights.data(), acc, asks);
         } else {
-          accumulate_tile<Arch>(scores, G, value_rows.plus(spec.value_offset), n, acc, dv, paced ? asks : nullptr);
+          accumulate_tile<Arch>(scores, G, value_rows.plus(spec.value_offset), n, acc, dv, asks);
         }
       } else {
         for (int i = 0; i < run_count; ++i) {
