@@ -262,10 +262,10 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // 0.88-0.97 of the time in half, 0.96-0.99 in f32 and 0.97 in int8 at L 65536, batch 16, and
     // 0.85-0.95 at L 4096, batch 64; on Paged<64> 0.88-0.91; at batch 1 0.96-1.04 (AMD EPYC Zen 5,
     // medians of 11-61 alternated calls, the same outputs). Paced page by page, each page's passes
-    // apart, MQA f32 on Paged<16> had taken 1.18x as long on the Intel Xeon. A page of Paged<P> holds each head's rows as a
-    // block of its own, so a task's heads ask for their own parts of the next tile even within a
-    // page (P > kTile): with head 0's asks only, MHA and GQA<2> on Paged<256> took 1.06-1.28x as
-    // long (L 65536 batch 16, L 4096 batch 64).
+    // apart, MQA f32 on Paged<16> had taken 1.18x as long on the Intel Xeon. A page of Paged<P>
+    // holds each head's rows as a block of its own, so a task's heads ask for their own parts of
+    // the next tile even within a page (P > kTile): with head 0's asks only, MHA and GQA<2> on
+    // Paged<256> took 1.06-1.28x as long (L 65536 batch 16, L 4096 batch 64).
     // Asked in bursts (a row whole as it was scored, or a few lines per step of work) the asks
     // held the core (NextTile). Asked a line at a time, against those bursts: XCache f32 took
     // 0.85-0.92 of the time (Hnd, Nhd, Paged<16>), f16 0.97, SlimK2 f32 0.92-0.93, f16 1.01, MQA
@@ -276,8 +276,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     const bool heads_apart = heads_paged<Store>() && heads > 1;
     const bool blocks_apart = (new_runs || heads_apart) && separate_values;  // a head's next rows: a block of its own
     const bool each_head = blocks_apart && heads > 1 && !pace_heads;
-    next.clear();
-    if (!each_head) {
+    if (!each_head) {  // (each_head: every head sets its own below)
       set_next_tile(next, 0, separate_values);
       next.pace(loads_per_row, pace_heads ? heads : 1);
     }
