@@ -201,9 +201,23 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     int run_count = 0, n = 0;
     bool ends_run = false;
   };
+  // Several heads to a task on Paged<P> (MHA, GQA): a tile is one page (run), so that the heads
+  // read each page's blocks in address order, head after head, and the next page follows. A tile
+  // of several pages is read head-major: each head's block of every page, then the next head's,
+  // 4 KiB apart in a 24 KiB page (16 float rows of 64, 6 heads), which the hardware prefetchers
+  // do not follow: a synthetic read of MHA f32's rows in that order (L 65536, batch 16, 2
+  // threads) reached 35 GB/s at best (a line asked every 2 loads), and 48 page by page without
+  // asks, as much as Hnd's order. In the kernel, against tiles of 4 pages:
+  // MHA f32 took 0.75-0.83 of the time, GQA<2> f32 0.80, half and bfloat16 0.89-0.90 at L 65536,
+  // batch 16; 0.79-0.92 at batch 1 and at L 4096, batch 64; in the L3 (L 1500, batch 16) f32
+  // 0.85-0.90 and 16-bit 1.05-1.09 (AMD EPYC Zen 5, Paged<16>, medians of 11-41 calls alternated
+  // in one process). int8 keeps tiles of several pages: its rows are short, and a tile of one
+  // page took 1.4-1.45x as long (MHA, GQA<2>), probably its fixed cost per tile (scales,
+  // weights) spread over 16 rows.
+  const int max_runs = heads_paged<Store>() && heads > 1 && !int8 ? 1 : kTileRuns;
   const auto tile_from = [&](int from) {
     Tile tile;
-    while (tile.run_count < kTileRuns && from + tile.n < end) {
+    while (tile.run_count < max_runs && from + tile.n < end) {
       const int count = std::min({end - from - tile.n, store.run(spec.key_tensor, seq, from + tile.n, first_head).count,
                                   store.run(spec.value_tensor, seq, from + tile.n, first_head).count});
       const int take = std::min(count, kTile - tile.n);
