@@ -213,7 +213,9 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
   // 0.85-0.90 and 16-bit 1.05-1.09 (AMD EPYC Zen 5, Paged<16>, medians of 11-41 calls alternated
   // in one process). int8 keeps tiles of several pages: its rows are short, and a tile of one
   // page took 1.4-1.45x as long (MHA, GQA<2>), probably its fixed cost per tile (scales,
-  // weights) spread over 16 rows.
+  // weights) spread over 16 rows. Tiles of 4 pages whose passes go page by page, head after head
+  // (every head's scores, then every head's values) took the same time as a tile per page, in
+  // DRAM and in L3, and int8 1.01-1.05x its present time: not worth a second path.
   const int max_runs = heads_paged<Store>() && heads > 1 && !int8 ? 1 : kTileRuns;
   const auto tile_from = [&](int from) {
     Tile tile;
