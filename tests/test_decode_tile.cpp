@@ -175,6 +175,17 @@ TEST_CASE("the next tile's paced asks reach every line of its rows within the ti
   whole.pace(0);  // unpaced: row j whole as row j is scored, no sequence
   CHECK_FALSE(whole.paced());
   CHECK(whole.line_count == 0);
+  // One run at most (NextTile<1>, the contiguous layouts' tiles): a second run is left out, not
+  // asked for in place of the first or beside it.
+  NextTile one;
+  one.add({keys, 256, 256}, {}, 10);
+  one.add({values, 256, 256}, {}, 6);
+  CHECK(one.run_count == 1);
+  CHECK(one.count == 10);
+  one.pace(8);
+  REQUIRE(one.paced());
+  CHECK(one.line_count == 10 * 256 / 64);
+  for (int k = 0; k < one.line_count; ++k) CHECK(one.line(k) == reinterpret_cast<std::uintptr_t>(keys) + std::uintptr_t(k) * 64);
 }
 
 TEST_CASE("the next tile's paced asks over several runs (pages): every run's key lines, then every run's value lines") {
