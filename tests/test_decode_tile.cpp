@@ -7,7 +7,9 @@
 // scored and accumulated bit for bit as the same rows in one run.
 // And the next tile's paced asks (NextTile) cover every line of its rows, run by run, and reach
 // all of them within a tile's vector loads, whose counts per row (score_loads_per_row,
-// value_loads_per_row) are the passes' own.
+// value_loads_per_row) are the passes' own. And attend_chunk's tiles over pages whose heads are
+// not at the same distances in every page (a store unlike Paged<P>) read through row tables of
+// each head's own, giving the bits of the shared tables.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,15 +18,31 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <span>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
 #include <xsimd/xsimd.hpp>
 
+#include <polyattn/cache/paged.hpp>
+#include <polyattn/core/row_codec.hpp>
 #include <polyattn/exec/cpu/decode_tile.hpp>
+#include <polyattn/exec/cpu/kernels.hpp>
 
 namespace {
 
+using polyattn::AttendSpec;
+using polyattn::CacheRun;
+using polyattn::CacheStore;
+using polyattn::Paged;
+using polyattn::QueryJob;
+using polyattn::RowScales;
+using polyattn::SoftmaxState;
+using polyattn::TensorSpec;
+using polyattn::encode_row;
+using polyattn::int8_row;
 using polyattn::exec::cpu::KeyTile;
 using polyattn::exec::cpu::kTile;
 using polyattn::exec::cpu::TileRows;
@@ -274,5 +292,100 @@ TEST_CASE("each pass ticks the next tile's asks once per vector load of a row") 
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
   SUBCASE("AVX-512") { check_ticks<xsimd::avx512bw>(); }
+#endif
+}
+
+namespace {
+
+/// A Paged<16> store whose head blocks are each copied to a place of their own, heads in reverse
+/// order on odd pages: a page's heads are then not at the same distances in every page, so a
+/// tile's heads cannot share its row tables, and attend_chunk builds them for each head.
+template <class Store>
+struct ScatteredHeads {
+  using T = std::remove_cvref_t<decltype(*std::declval<const Store&>().row(0, 0, 0, 0))>;
+  static constexpr bool heads_adjacent = false;
+  static constexpr bool heads_paged = true;
+  static constexpr int kPage = 16;
+
+  const Store& store;
+  int heads = 0, length = 0;
+  std::vector<T> copies;
+
+  ScatteredHeads(const Store& s, int seq, int length) : store(s), heads(s.tensors()[0].heads), length(length) {
+    copies.resize(std::size_t(2) * pages() * heads * block());
+    for (int tensor = 0; tensor < 2; ++tensor)
+      for (int page = 0; page < pages(); ++page)
+        for (int h = 0; h < heads; ++h) {
+          const CacheRun<T> run = store.run(tensor, seq, page * kPage, h);
+          for (int j = 0; j < kPage && page * kPage + j < length; ++j)
+            std::copy_n(run.data + j * run.stride, dim(), copies.data() + place(tensor, page, h) + j * dim());
+        }
+  }
+  int dim() const { return store.tensors()[0].dim; }
+  int pages() const { return (length + kPage - 1) / kPage; }
+  std::ptrdiff_t block() const { return std::ptrdiff_t(kPage) * dim(); }
+  /// Where head h's block of a page lies in `copies`: the heads in reverse order on odd pages.
+  std::ptrdiff_t place(int tensor, int page, int h) const {
+    const int slot = page % 2 ? heads - 1 - h : h;
+    return ((std::ptrdiff_t(tensor) * pages() + page) * heads + slot) * block();
+  }
+  std::span<const TensorSpec> tensors() const { return store.tensors(); }
+  const T* row(int tensor, int seq, int token, int head) const { return run(tensor, seq, token, head).data; }
+  CacheRun<T> run(int tensor, int /*seq: the one copied*/, int token, int head) const {
+    return {copies.data() + place(tensor, token / kPage, head) + std::ptrdiff_t(token % kPage) * dim(), dim(), kPage - token % kPage};
+  }
+};
+
+/// attend_chunk over all of sequence `seq`: every head's accumulator, then its softmax states.
+template <class Arch, class Store>
+std::vector<float> attend_whole_sequence(const Store& store, const AttendSpec& spec, int seq, int length, const std::vector<float>& q) {
+  std::vector<SoftmaxState<float>> states(std::size_t(spec.query_heads()));
+  std::vector<float> acc(std::size_t(spec.query_heads()) * spec.value_dim), scores(std::size_t(spec.group) * kTile);
+  const QueryJob job{seq, length, q.data(), nullptr};
+  polyattn::exec::cpu::attend_chunk<Arch>(store, spec, job, 0, spec.cache_heads, 0, length, q.data(), {states.data(), acc.data()},
+                                          scores.data());
+  for (const auto& s : states) acc.push_back(s.max), acc.push_back(s.sum);
+  return acc;
+}
+
+template <class Arch>
+void check_tables_per_head() {
+  // MHA int8 rows on Paged<16>, 6 heads of 64 codes and a scale: tiles gather 4 pages, and a tile's
+  // first head builds the row tables the others share where the heads keep their distances.
+  constexpr int kHeads = 6, kDim = 64;
+  const RowScales scales = int8_row(kDim);
+  const std::vector<TensorSpec> tensors{{kHeads, scales.stored_elements()}, {kHeads, scales.stored_elements()}};
+  for (const int length : {37, 64, 200}) {
+    INFO("length ", length);
+    CacheStore<Paged<16>, std::int8_t> store(tensors, {.max_sequences = 1, .capacity = 256});
+    const int seq = store.open();
+    store.grow(seq, length);
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> row(kDim);
+    for (int tensor = 0; tensor < 2; ++tensor)
+      for (int t = 0; t < length; ++t)
+        for (int h = 0; h < kHeads; ++h) {
+          for (float& x : row) x = uniform(rng);
+          encode_row(store.row(tensor, seq, t, h), row.data(), kDim);
+        }
+    std::vector<float> q(std::size_t(kHeads) * kDim);
+    for (float& x : q) x = uniform(rng);
+    AttendSpec spec{.cache_heads = kHeads, .group = 1, .key_dim = kDim, .value_dim = kDim, .value_tensor = 1};
+    spec.key_scales = spec.value_scales = scales;
+    const ScatteredHeads scattered(store, seq, length);
+    // The same rows in the same order: the same bits, whichever tables the tiles read through.
+    CHECK(attend_whole_sequence<Arch>(scattered, spec, seq, length, q) == attend_whole_sequence<Arch>(store, spec, seq, length, q));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a tile's heads at other distances in each page get row tables of their own: the same bits") {
+#if defined(__AVX2__) && defined(__FMA__)
+  SUBCASE("AVX2") { check_tables_per_head<xsimd::fma3<xsimd::avx2>>(); }
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  SUBCASE("AVX-512") { check_tables_per_head<xsimd::avx512bw>(); }
 #endif
 }
