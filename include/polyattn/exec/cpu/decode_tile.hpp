@@ -29,8 +29,8 @@ inline constexpr int kTile = 64;
 /// to kTile rows of small pages, so that its fixed costs per head (the softmax step, the
 /// accumulators' loads and stores) are shared by as many rows as Hnd's. With a tile per page,
 /// Paged<16> took 1.5x (float) and 1.8x (int8) Hnd's time with the cache in L3 (MHA, Intel Xeon).
-/// Tiles gather pages where a task has one cache head, and for int8 rows; float and 16-bit MHA and
-/// GQA take a tile per page, so that a page's head blocks are read in address order (attend_chunk).
+/// Float and 16-bit MHA and GQA on Paged<P> take such a tile's passes page by page, head after head,
+/// so that a page's head blocks are read in address order (attend_chunk).
 inline constexpr int kTileRuns = 8;
 
 /// The rows of a tile as its passes read them: row j at first + j * stride (one run of the

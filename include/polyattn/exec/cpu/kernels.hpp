@@ -140,7 +140,8 @@ struct ChunkResult {
 /// Attends the `group` (pre-scaled) queries of each cache head h in [first_head, first_head +
 /// heads), q[h - first_head][group][key_dim], over tokens [begin, end) of job.seq (part of the
 /// job's key range; a key mask that drops keys is asked for each of them), writing
-/// unnormalised partial results into `result`. `scores` is scratch of kTile * group floats.
+/// unnormalised partial results into `result`. `scores` is scratch of kTile * group * (heads + 1)
+/// floats.
 /// The heads are taken tile by tile, all of them before the next tile: when a token's heads are
 /// adjacent (Nhd) the tile's rows are then read from memory once, front to back, for all heads,
 /// instead of one strided pass per head.
@@ -201,25 +202,9 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     int run_count = 0, n = 0;
     bool ends_run = false;
   };
-  // Several heads to a task on Paged<P> (MHA, GQA): a tile is one page (run), so that the heads
-  // read each page's blocks in address order, head after head, and the next page follows. A tile
-  // of several pages is read head-major: each head's block of every page, then the next head's,
-  // 4 KiB apart in a 24 KiB page (16 float rows of 64, 6 heads), which the hardware prefetchers
-  // do not follow: a synthetic read of MHA f32's rows in that order (L 65536, batch 16, 2
-  // threads) reached 35 GB/s at best (a line asked every 2 loads), and 48 page by page without
-  // asks, as much as Hnd's order. In the kernel, against tiles of 4 pages:
-  // MHA f32 took 0.75-0.83 of the time, GQA<2> f32 0.80, half and bfloat16 0.89-0.90 at L 65536,
-  // batch 16; 0.79-0.92 at batch 1 and at L 4096, batch 64; in the L3 (L 1500, batch 16) f32
-  // 0.85-0.90 and 16-bit 1.05-1.09 (AMD EPYC Zen 5, Paged<16>, medians of 11-41 calls alternated
-  // in one process). int8 keeps tiles of several pages: its rows are short, and a tile of one
-  // page took 1.4-1.45x as long (MHA, GQA<2>), probably its fixed cost per tile (scales,
-  // weights) spread over 16 rows. Tiles of 4 pages whose passes go page by page, head after head
-  // (every head's scores, then every head's values) took the same time as a tile per page, in
-  // DRAM and in L3, and int8 1.01-1.05x its present time: not worth a second path.
-  const int max_runs = heads_paged<Store>() && heads > 1 && !int8 ? 1 : kTileRuns;
   const auto tile_from = [&](int from) {
     Tile tile;
-    while (tile.run_count < max_runs && from + tile.n < end) {
+    while (tile.run_count < kTileRuns && from + tile.n < end) {
       const int count = std::min({end - from - tile.n, store.run(spec.key_tensor, seq, from + tile.n, first_head).count,
                                   store.run(spec.value_tensor, seq, from + tile.n, first_head).count});
       const int take = std::min(count, kTile - tile.n);
@@ -229,6 +214,51 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       tile.ends_run = take == count;
     }
     return tile;
+  };
+  // The steps of a tile that both orders of passes take (below).
+  // Head h's online-softmax step over the `count` scores s[g * kTile + j] of the tile from token
+  // `first`: the tokens the mask drops get -inf first. Returns whether it dropped any.
+  const auto softmax_step = [&](int h, float* s, int first, int count) -> bool {
+    SoftmaxState<float>* states = result.states + std::ptrdiff_t(h) * G;
+    float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
+    bool dropped = false;
+    if constexpr (KeyMaskT::drops_keys)
+      for (int j = 0; j < count; ++j)
+        if (!KeyMaskT::keeps(job, first + j)) {
+          dropped = true;
+          for (int g = 0; g < G; ++g) s[g * kTile + j] = kNegativeInfinity<float>;
+        }
+    for (int g = 0; g < G; ++g) {
+      const float factor = states[g].raise_max(bound_and_max<Arch>(s + g * kTile, count));
+      if (states[g].empty()) continue;  // every score so far -inf: this tile adds nothing to head g
+      if (factor != 1.0f) scale<Arch>(factor, acc + std::ptrdiff_t(g) * dv, dv);
+      states[g].sum += exp_shifted_sum<Arch>(s + g * kTile, count, states[g].max);
+    }
+    return dropped;
+  };
+  // Whether `count` value rows of a run (their values, or an int8 row's scales) are finite.
+  const auto values_finite = [&](CacheRun<T> values, int count) -> bool {
+    if constexpr (int8)
+      return scales_finite(values.data, values.stride, count, spec.value_scales);
+    else
+      return all_finite<Arch>(values.data + spec.value_offset, values.stride, count, dv);
+  };
+  // Only the tokens the mask keeps, of one run of values (`count` rows from token `first`, weights
+  // w[g * kTile + j]), into head h: where a dropped token's value (or int8 scale) is not finite,
+  // its weight 0 would still add NaN (0 * inf).
+  const auto accumulate_kept = [&](int h, const float* w, CacheRun<T> values, int first, int count) {
+    thread_local ScratchFloats decoded;  // int8: the run decoded to floats (int8_tile.hpp)
+    const auto rows = tile_rows<Arch>(values, count, spec.value_scales, decoded);
+    float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
+    for (int g = 0; g < G; ++g)
+      accumulate_seen<Arch>(w + g * kTile, WeightIndex<false>{}, TileRows{rows.data + spec.value_offset, rows.stride}, count,
+                            acc + std::ptrdiff_t(g) * dv, dv, [&](int j) { return KeyMaskT::keeps(job, first + j); });
+  };
+  // A head that has seen nothing keeps a zero accumulator: its -inf scores were not turned into
+  // weights, so what the value pass added for it is discarded.
+  const auto clear_unseen = [&](int h) {
+    for (int g = 0; g < G; ++g)
+      if (result.states[std::ptrdiff_t(h) * G + g].empty()) std::fill_n(result.acc + (std::ptrdiff_t(h) * G + g) * dv, dv, 0.0f);
   };
   Tile tile = tile_from(begin);
   // The next tile's asks (each_head: the present head's): one object for the chunk, cleared for
@@ -246,22 +276,20 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // head asks for its own part, keys and values, as it is scored (each_head); asked only for
     // the first head, the other heads' blocks came in on demand.
     const bool new_runs = run_count > 1 || tile.ends_run;
+    const auto next_key_lines = [&](int i, int h) -> typename Next::Lines {  // run i of the next tile
+      const auto keys = store.run(spec.key_tensor, seq, t + n + next_tile.runs[i].offset, first_head + h);
+      return {reinterpret_cast<const char*>(keys.data + read_begin), keys.stride * std::ptrdiff_t(sizeof(T)), (ask_end - read_begin) * int(sizeof(T))};
+    };
+    const auto next_value_lines = [&](int i, int h) -> typename Next::Lines {  // the group's (MQA), every head's (Nhd), or this head's
+      const auto values = store.run(spec.value_tensor, seq, t + n + next_tile.runs[i].offset, first_head + h);
+      const int value_last = value_end + (pace_heads ? value_heads_span : 0);
+      return {reinterpret_cast<const char*>(values.data + value_begin), values.stride * std::ptrdiff_t(sizeof(T)),
+              (value_last - value_begin) * int(sizeof(T))};
+    };
     const auto set_next_tile = [&](Next& next, int h, bool values_too) {
       next.clear();
-      for (int i = 0; i < next_tile.run_count; ++i) {
-        const int from = t + n + next_tile.runs[i].offset;
-        const auto keys = store.run(spec.key_tensor, seq, from, first_head + h);
-        const typename Next::Lines key_lines{reinterpret_cast<const char*>(keys.data + read_begin), keys.stride * std::ptrdiff_t(sizeof(T)),
-                                        (ask_end - read_begin) * int(sizeof(T))};
-        typename Next::Lines value_lines;
-        if (values_too) {  // value rows: the group's (MQA), every head's, first to last (Nhd), or this head's (new runs)
-          const auto values = store.run(spec.value_tensor, seq, from, first_head + h);
-          const int value_last = value_end + (pace_heads ? value_heads_span : 0);
-          value_lines = {reinterpret_cast<const char*>(values.data + value_begin), values.stride * std::ptrdiff_t(sizeof(T)),
-                         (value_last - value_begin) * int(sizeof(T))};
-        }
-        next.add(key_lines, value_lines, next_tile.runs[i].count);
-      }
+      for (int i = 0; i < next_tile.run_count; ++i)
+        next.add(next_key_lines(i, h), values_too ? next_value_lines(i, h) : typename Next::Lines{}, next_tile.runs[i].count);
     };
     // The next tile's lines are asked for one at a time, every few vector loads of this tile's
     // passes (NextTile::pace), wherever its rows lie in one run of the store (Hnd; Nhd, all heads'
@@ -290,6 +318,68 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // 65536, batch 16, medians of 9-11 calls alternated in one process, the same outputs); at L 1500
     // (in the L3) 0.84-0.98 and at batch 1 0.85-1.02.
     const bool heads_apart = heads_paged<Store>() && heads > 1;
+    // Several heads of a tile over several pages (float and 16-bit MHA and GQA on Paged<P>): the
+    // passes go page by page, head after head, so that each page's head blocks are read in address
+    // order: every head's scores, then every head's softmax step over the whole tile, then every
+    // head's values. Each pass asks for its block of the next tile (the same page of the tile, the
+    // same head), key lines in the score passes, value lines in the value passes. Head after head,
+    // each head's blocks of the tile's 4 pages in turn, the reads jump 4 KiB and back through each
+    // page (16 float rows of 64 a block, 6 heads): a synthetic read of MHA f32's rows in that order
+    // (L 65536, batch 16, 2 threads) reached 35 GB/s at best, against 48 page by page, as much as
+    // Hnd's order. In the kernel, against head after head (AMD EPYC Zen 5, Paged<16>, medians of
+    // 11-41 calls alternated in one process, the same outputs; the README's Zen 5 section): MHA
+    // f32 took 0.68-0.78 of the time, GQA<2> f32 0.72-0.79, half and bfloat16 0.85-0.86 at L 65536,
+    // batch 16; f32 0.73-0.81 and 16-bit 0.84-1.03 at batch 1 and at L 4096, batch 64; 0.81-0.96
+    // in the L3 (L 1500, batch 16). A tile per page (each page's passes apart) took 1.02-1.11x
+    // this order's time at L 65536, batch 16 and 1.19-1.37x in the L3. int8 keeps the head-major
+    // passes: this order took 1.16-1.20x their time at L 65536, batch 16 and in the L3.
+    if constexpr (!int8)
+      if (heads_apart && run_count > 1 && separate_values) {
+        const int score_loads = score_loads_per_row<Arch>(G, spec.key_dim, spec.key_group_stride == 0);
+        const int value_loads = value_loads_per_row<Arch>(G, dv);
+        // The asks of the pass over page i of head h: the next tile's page i (and, from the last
+        // page, the next tile's pages past this tile's count), its keys or its values.
+        const auto ask_next = [&](int i, int h, bool values) {
+          next.clear();
+          for (int r = i; r < (i + 1 < run_count ? i + 1 : next_tile.run_count); ++r)
+            next.add(values ? typename Next::Lines{} : next_key_lines(r, h), values ? next_value_lines(r, h) : typename Next::Lines{},
+                     next_tile.runs[r].count);
+          next.pace(values ? value_loads : score_loads);
+          return next.count ? &next : nullptr;
+        };
+        // A pass writes whole SIMD blocks of scores, past its run's rows: it scores into the slab
+        // after the heads' scores, and its rows' scores are copied into place.
+        float* pass_scores = scores + std::ptrdiff_t(heads) * G * kTile;
+        for (int i = 0; i < run_count; ++i)
+          for (int h = 0; h < heads; ++h) {
+            const CacheRun<T> keys = store.run(spec.key_tensor, seq, t + runs[i].offset, first_head + h);
+            score_tile<Arch>(q + std::ptrdiff_t(h) * G * spec.key_dim, G,
+                             KeyTile<T, Next>{TileRows<T>{keys.data + spec.key_offset, keys.stride}, std::ptrdiff_t(spec.key_group_stride),
+                                              spec.key_dim, runs[i].count, ask_next(i, h, false)},
+                             pass_scores);
+            next.ask_rest();
+            for (int g = 0; g < G; ++g)
+              std::copy_n(pass_scores + g * kTile, runs[i].count, scores + (std::ptrdiff_t(h) * G + g) * kTile + runs[i].offset);
+          }
+        bool dropped = false;  // (the same tokens for every head)
+        for (int h = 0; h < heads; ++h) dropped = softmax_step(h, scores + std::ptrdiff_t(h) * G * kTile, t, n);
+        for (int i = 0; i < run_count; ++i)
+          for (int h = 0; h < heads; ++h) {
+            const CacheRun<T> values = store.run(spec.value_tensor, seq, t + runs[i].offset, first_head + h);
+            const float* w = scores + std::ptrdiff_t(h) * G * kTile + runs[i].offset;
+            Next* asks = ask_next(i, h, true);
+            if (dropped && !values_finite(values, runs[i].count))
+              accumulate_kept(h, w, values, t + runs[i].offset, runs[i].count);
+            else
+              accumulate_tile<Arch>(w, G, TileRows<T>{values.data + spec.value_offset, values.stride}, runs[i].count,
+                                    result.acc + std::ptrdiff_t(h) * G * dv, dv, asks);
+            next.ask_rest();
+          }
+        for (int h = 0; h < heads; ++h) clear_unseen(h);
+        t += n;
+        tile = next_tile;
+        continue;
+      }
     const bool blocks_apart = (new_runs || heads_apart) && separate_values;  // a head's next rows: a block of its own
     const bool each_head = blocks_apart && heads > 1 && !pace_heads;
     if (!each_head) {  // (each_head: every head sets its own below)
@@ -339,7 +429,6 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
           run_count > 1 ? TileRows<T>{nullptr, 0, key_table, key_shift} : TileRows<T>{keys[0].data, keys[0].stride};
       const TileRows<T> value_rows =
           run_count > 1 ? TileRows<T>{nullptr, 0, value_table, value_shift} : TileRows<T>{values[0].data, values[0].stride};
-      SoftmaxState<float>* states = result.states + std::ptrdiff_t(h) * G;
       float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
       if (each_head) {
         set_next_tile(next, h, true);
@@ -355,30 +444,11 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
           scale_by_segment<Arch>(scores + g * kTile, last - g, key_rows, n, spec.key_scales, segment_of(g), scores + g * kTile);
         }
       }
-      bool dropped = false;  // some token of the tile the mask drops: its score is -inf
-      if constexpr (KeyMaskT::drops_keys)
-        for (int j = 0; j < n; ++j)
-          if (!KeyMaskT::keeps(job, t + j)) {
-            dropped = true;
-            for (int g = 0; g < G; ++g) scores[g * kTile + j] = kNegativeInfinity<float>;
-          }
-      for (int g = 0; g < G; ++g) {
-        float* s = scores + g * kTile;
-        const float factor = states[g].raise_max(bound_and_max<Arch>(s, n));
-        if (states[g].empty()) continue;  // every score so far -inf: this tile adds nothing to head g
-        if (factor != 1.0f) scale<Arch>(factor, acc + std::ptrdiff_t(g) * dv, dv);
-        states[g].sum += exp_shifted_sum<Arch>(s, n, states[g].max);
-      }
+      const bool dropped = softmax_step(h, scores, t, n);
       // A dropped token has weight 0, which adds nothing unless its value (or int8 scale) is not
       // finite (0 * inf is NaN): then each head takes only the tokens it sees.
-      const auto run_finite = [&](int i) {
-        if constexpr (int8)
-          return scales_finite(values[i].data, values[i].stride, runs[i].count, spec.value_scales);
-        else
-          return all_finite<Arch>(values[i].data + spec.value_offset, values[i].stride, runs[i].count, dv);
-      };
       bool whole_tile = true;
-      for (int i = 0; dropped && whole_tile && i < run_count; ++i) whole_tile = run_finite(i);
+      for (int i = 0; dropped && whole_tile && i < run_count; ++i) whole_tile = values_finite(values[i], runs[i].count);
       if (whole_tile) {
         if constexpr (int8) {
           thread_local ScratchFloats weights;
@@ -388,19 +458,9 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
           accumulate_tile<Arch>(scores, G, value_rows.plus(spec.value_offset), n, acc, dv, asks);
         }
       } else {
-        for (int i = 0; i < run_count; ++i) {
-          thread_local ScratchFloats decoded;  // int8: the run decoded to floats (int8_tile.hpp)
-          const auto rows = tile_rows<Arch>(values[i], runs[i].count, spec.value_scales, decoded);
-          const int first = t + runs[i].offset;
-          for (int g = 0; g < G; ++g)
-            accumulate_seen<Arch>(scores + g * kTile + runs[i].offset, WeightIndex<false>{}, TileRows{rows.data + spec.value_offset, rows.stride},
-                                  runs[i].count, acc + std::ptrdiff_t(g) * dv, dv, [&](int j) { return KeyMaskT::keeps(job, first + j); });
-        }
+        for (int i = 0; i < run_count; ++i) accumulate_kept(h, scores + runs[i].offset, values[i], t + runs[i].offset, runs[i].count);
       }
-      // A head that has seen nothing keeps a zero accumulator: its -inf scores were not turned
-      // into weights, so what accumulate_tile added for it is discarded here.
-      for (int g = 0; g < G; ++g)
-        if (states[g].empty()) std::fill_n(acc + std::ptrdiff_t(g) * dv, dv, 0.0f);
+      clear_unseen(h);
       if (each_head) next.ask_rest();
     }
     next.ask_rest();
