@@ -8,8 +8,9 @@
 // And the next tile's paced asks (NextTile) cover every line of its rows, run by run, and reach
 // all of them within a tile's vector loads, whose counts per row (score_loads_per_row,
 // value_loads_per_row) are the passes' own. And attend_chunk's tiles over pages whose heads are
-// not at the same distances in every page (a store unlike Paged<P>) read through row tables of
-// each head's own, giving the bits of the shared tables.
+// not at the same distances in every page (a store unlike Paged<P>) give the bits of Paged<P>'s,
+// int8 through row tables of each head's own, float page by page, and ask for no run past the
+// sequence's end.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -299,7 +300,9 @@ namespace {
 
 /// A Paged<16> store whose head blocks are each copied to a place of their own, heads in reverse
 /// order on odd pages: a page's heads are then not at the same distances in every page, so a
-/// tile's heads cannot share its row tables, and attend_chunk builds them for each head.
+/// tile's heads cannot share its row tables, and attend_chunk builds them for each head. It counts
+/// the runs asked for past the sequence's end (`past_end`), which a kernel must not ask for (a
+/// Paged<P> store has no page there).
 template <class Store>
 struct ScatteredHeads {
   using T = std::remove_cvref_t<decltype(*std::declval<const Store&>().row(0, 0, 0, 0))>;
@@ -310,6 +313,7 @@ struct ScatteredHeads {
   const Store& store;
   int heads = 0, length = 0;
   std::vector<T> copies;
+  mutable int past_end = 0;
 
   ScatteredHeads(const Store& s, int seq, int length) : store(s), heads(s.tensors()[0].heads), length(length) {
     copies.resize(std::size_t(2) * pages() * heads * block());
@@ -332,6 +336,7 @@ struct ScatteredHeads {
   std::span<const TensorSpec> tensors() const { return store.tensors(); }
   const T* row(int tensor, int seq, int token, int head) const { return run(tensor, seq, token, head).data; }
   CacheRun<T> run(int tensor, int /*seq: the one copied*/, int token, int head) const {
+    if (token >= length) return ++past_end, CacheRun<T>{copies.data(), dim(), 0};
     return {copies.data() + place(tensor, token / kPage, head) + std::ptrdiff_t(token % kPage) * dim(), dim(), kPage - token % kPage};
   }
 };
@@ -340,7 +345,7 @@ struct ScatteredHeads {
 template <class Arch, class Store>
 std::vector<float> attend_whole_sequence(const Store& store, const AttendSpec& spec, int seq, int length, const std::vector<float>& q) {
   std::vector<SoftmaxState<float>> states(std::size_t(spec.query_heads()));
-  std::vector<float> acc(std::size_t(spec.query_heads()) * spec.value_dim), scores(std::size_t(spec.group) * kTile);
+  std::vector<float> acc(std::size_t(spec.query_heads()) * spec.value_dim), scores(std::size_t(spec.cache_heads + 1) * spec.group * kTile);
   const QueryJob job{seq, length, q.data(), nullptr};
   polyattn::exec::cpu::attend_chunk<Arch>(store, spec, job, 0, spec.cache_heads, 0, length, q.data(), {states.data(), acc.data()},
                                           scores.data());
@@ -348,16 +353,19 @@ std::vector<float> attend_whole_sequence(const Store& store, const AttendSpec& s
   return acc;
 }
 
-template <class Arch>
-void check_tables_per_head() {
-  // MHA int8 rows on Paged<16>, 6 heads of 64 codes and a scale: tiles gather 4 pages, and a tile's
-  // first head builds the row tables the others share where the heads keep their distances.
+template <class Arch, class T>
+void check_scattered_heads() {
+  // MHA on Paged<16>, 6 heads of 64. int8 rows: tiles of 4 pages, and a tile's first head builds
+  // the row tables the others share where the heads keep their distances. Float rows: the tiles'
+  // passes go page by page, head after head, each asking for its block of the next tile.
   constexpr int kHeads = 6, kDim = 64;
+  constexpr bool int8 = std::is_same_v<T, std::int8_t>;
   const RowScales scales = int8_row(kDim);
-  const std::vector<TensorSpec> tensors{{kHeads, scales.stored_elements()}, {kHeads, scales.stored_elements()}};
-  for (const int length : {37, 64, 200}) {
+  const int stored = int8 ? scales.stored_elements() : kDim;
+  const std::vector<TensorSpec> tensors{{kHeads, stored}, {kHeads, stored}};
+  for (const int length : {37, 64, 70, 200}) {
     INFO("length ", length);
-    CacheStore<Paged<16>, std::int8_t> store(tensors, {.max_sequences = 1, .capacity = 256});
+    CacheStore<Paged<16>, T> store(tensors, {.max_sequences = 1, .capacity = 256});
     const int seq = store.open();
     store.grow(seq, length);
     std::mt19937 rng(11);
@@ -372,20 +380,21 @@ void check_tables_per_head() {
     std::vector<float> q(std::size_t(kHeads) * kDim);
     for (float& x : q) x = uniform(rng);
     AttendSpec spec{.cache_heads = kHeads, .group = 1, .key_dim = kDim, .value_dim = kDim, .value_tensor = 1};
-    spec.key_scales = spec.value_scales = scales;
+    if constexpr (int8) spec.key_scales = spec.value_scales = scales;
     const ScatteredHeads scattered(store, seq, length);
     // The same rows in the same order: the same bits, whichever tables the tiles read through.
     CHECK(attend_whole_sequence<Arch>(scattered, spec, seq, length, q) == attend_whole_sequence<Arch>(store, spec, seq, length, q));
+    CHECK(scattered.past_end == 0);
   }
 }
 
 }  // namespace
 
-TEST_CASE("a tile's heads at other distances in each page get row tables of their own: the same bits") {
+TEST_CASE("pages whose heads lie at other distances in each page: the same bits, and nothing asked for past the end") {
 #if defined(__AVX2__) && defined(__FMA__)
-  SUBCASE("AVX2") { check_tables_per_head<xsimd::fma3<xsimd::avx2>>(); }
+  SUBCASE("AVX2") { check_scattered_heads<xsimd::fma3<xsimd::avx2>, std::int8_t>(), check_scattered_heads<xsimd::fma3<xsimd::avx2>, float>(); }
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  SUBCASE("AVX-512") { check_tables_per_head<xsimd::avx512bw>(); }
+  SUBCASE("AVX-512") { check_scattered_heads<xsimd::avx512bw, std::int8_t>(), check_scattered_heads<xsimd::avx512bw, float>(); }
 #endif
 }

@@ -338,10 +338,12 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
         const int score_loads = score_loads_per_row<Arch>(G, spec.key_dim, spec.key_group_stride == 0);
         const int value_loads = value_loads_per_row<Arch>(G, dv);
         // The asks of the pass over page i of head h: the next tile's page i (and, from the last
-        // page, the next tile's pages past this tile's count), its keys or its values.
+        // page, the next tile's pages past this tile's count), its keys or its values. The next
+        // tile may have fewer pages, or none (the chunk's end): only its own are asked for.
         const auto ask_next = [&](int i, int h, bool values) {
           next.clear();
-          for (int r = i; r < (i + 1 < run_count ? i + 1 : next_tile.run_count); ++r)
+          const int last = i + 1 < run_count ? std::min(i + 1, next_tile.run_count) : next_tile.run_count;
+          for (int r = i; r < last; ++r)
             next.add(values ? typename Next::Lines{} : next_key_lines(r, h), values ? next_value_lines(r, h) : typename Next::Lines{},
                      next_tile.runs[r].count);
           next.pace(values ? value_loads : score_loads);
