@@ -120,7 +120,7 @@ void attend_rows(ExecutorState& state, const Store& store, const AttendSpec& spe
     const std::size_t unit = std::size_t(first_unit[std::size_t(j)] + chunk * H + h0);
     thread_local ScratchFloats q, scores;
     q.resize(std::size_t(heads_per_task) * G * spec.key_dim);
-    scores.resize(std::size_t(heads_per_task + 1) * G * kTile);  // (attend_chunk)
+    scores.resize(chunk_score_floats(heads_per_task, G));
     const float* q_heads = job.query + std::ptrdiff_t(h0) * G * spec.key_dim;
     for (std::size_t i = 0; i < q.size(); ++i) q[i] = q_heads[i] * spec.scale;  // fold the scale into q once
     attend_chunk<Arch, KeyMaskT>(store, spec, job, h0, heads_per_task, begin, end, q.data(),

@@ -137,11 +137,15 @@ struct ChunkResult {
   float* acc;                   // [heads][group][value_dim]
 };
 
+/// The floats of attend_chunk's `scores` scratch for `heads` cache heads of `group` query heads:
+/// each head's scores of a tile, and a slab for one pass (the page order of Paged<P>).
+constexpr std::size_t chunk_score_floats(int heads, int group) { return std::size_t(heads + 1) * std::size_t(group) * kTile; }
+
 /// Attends the `group` (pre-scaled) queries of each cache head h in [first_head, first_head +
 /// heads), q[h - first_head][group][key_dim], over tokens [begin, end) of job.seq (part of the
 /// job's key range; a key mask that drops keys is asked for each of them), writing
-/// unnormalised partial results into `result`. `scores` is scratch of kTile * group * (heads + 1)
-/// floats.
+/// unnormalised partial results into `result`. `scores` is scratch of chunk_score_floats(heads,
+/// group) floats.
 /// The heads are taken tile by tile, all of them before the next tile: when a token's heads are
 /// adjacent (Nhd) the tile's rows are then read from memory once, front to back, for all heads,
 /// instead of one strided pass per head.
@@ -278,7 +282,8 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     const bool new_runs = run_count > 1 || tile.ends_run;
     const auto next_key_lines = [&](int i, int h) -> typename Next::Lines {  // run i of the next tile
       const auto keys = store.run(spec.key_tensor, seq, t + n + next_tile.runs[i].offset, first_head + h);
-      return {reinterpret_cast<const char*>(keys.data + read_begin), keys.stride * std::ptrdiff_t(sizeof(T)), (ask_end - read_begin) * int(sizeof(T))};
+      return {reinterpret_cast<const char*>(keys.data + read_begin), keys.stride * std::ptrdiff_t(sizeof(T)),
+              (ask_end - read_begin) * int(sizeof(T))};
     };
     const auto next_value_lines = [&](int i, int h) -> typename Next::Lines {  // the group's (MQA), every head's (Nhd), or this head's
       const auto values = store.run(spec.value_tensor, seq, t + n + next_tile.runs[i].offset, first_head + h);
@@ -294,9 +299,9 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // The next tile's lines are asked for one at a time, every few vector loads of this tile's
     // passes (NextTile::pace), wherever its rows lie in one run of the store (Hnd; Nhd, all heads'
     // parts, over every head's passes; SlimK2, XCache and MQA on any layout; the pages of
-    // Paged<P>, run after run), float, 16-bit and int8 alike. Where the next tile's rows lie in a block of their own per head (Paged<P> with
-    // several heads to a task: heads_apart), each head asks for its own part, keys and values,
-    // paced over its own passes (each_head). Against asking a row whole as that row was scored:
+    // Paged<P>, run after run), float, 16-bit and int8 alike. Where the next tile's rows lie in a
+    // block of their own per head (Paged<P> with several heads to a task: heads_apart), each head
+    // asks for its own part, keys and values, paced over its own passes (each_head). Against asking a row whole as that row was scored:
     // MHA and GQA<2> on Paged<16> took 0.77-0.90 of the time (f32, half, bfloat16; int8 0.90-0.97)
     // at L 65536 with batch 1 and 16 and at L 4096 with batch 64, GQA<2> half on Paged<256>
     // 0.89-0.91, MHA f32 there 0.99-1.01, and in the L3 (L 1500, batch 16) 0.85-1.03 (AMD EPYC Zen
