@@ -13,9 +13,24 @@ VARIANTS = ["Mha", "Gqa<2>", "Mqa", "SlimK2", "XCache"]
 ELEMENT = {"float": "f32", "Eigen::half": "f16", "Eigen::bfloat16": "bf16", "std::int8_t": "i8"}
 
 
-def load(path):
+def load(path, probe_below=None):
+    """The run's context and its cases by (layout, T, L, batch, variant): each case's median of
+    repetitions. With probe_below (GB/s), each case's median over only the repetitions whose read
+    probe, taken next to it, read below that (a VM's low-bandwidth state); a case with none is left out."""
     data = json.load(open(path))
     runs, medians = {}, set()
+    if probe_below is not None:
+        kept = {}
+        for run in data["benchmarks"]:
+            m = NAME.search(run["name"])
+            if m and run.get("run_type") == "iteration" and not run.get("error_occurred") \
+                    and run.get("read_probe_GB_per_s", float("inf")) < probe_below:
+                v, layout, element, length, batch = m.groups()
+                kept.setdefault((layout, ELEMENT.get(element, element), int(length), int(batch),
+                                 "SlimK2" if v.startswith("SlimK") else v), []).append(run)
+        for key, reps in kept.items():
+            runs[key] = sorted(reps, key=lambda r: r["real_time"])[(len(reps) - 1) // 2]
+        return data.get("context", {}), runs
     for run in data["benchmarks"]:
         m = NAME.search(run["name"])
         if not m or run.get("error_occurred"):

@@ -6,7 +6,9 @@ where both cases of a pair are memory-bound in every run, their time ratio again
 ratio (target: within 15%): SlimK2, XCache and MQA against MHA, 16-bit against float.
 With several runs (e.g. two runs of the same binary on a VM whose bandwidth drifts) each figure
 is the range over the runs, each run's median of repetitions; a target counts as met only where
-every run meets it. Usage: decode_variants_targets.py run.json [run.json ...]"""
+every run meets it. With --probe-below GBPS, only the repetitions whose read probe (taken next to
+them) read below GBPS count: the low-bandwidth state of a VM whose bandwidth switches between two.
+Usage: decode_variants_targets.py [--probe-below GBPS] run.json [run.json ...]"""
 import os
 import sys
 
@@ -30,19 +32,24 @@ def mark(oks):
     return " ok" if all(oks) else (" (ok)" if any(oks) else "")
 
 
-def main(paths):
-    loaded = [load(p) for p in paths]
+def main(paths, probe_below=None):
+    loaded = [load(p, probe_below) for p in paths]
     llc = min(last_level_cache(c) for c, _ in loaded)
     runs = [r for _, r in loaded]
-    # DRAM-resident cases present in every run
-    keys = sorted(k for k in runs[0] if all(k in r for r in runs) and runs[0][k]["MB_per_step"] * 1e6 >= 2 * llc)
+    # DRAM-resident cases present in every run (with probe_below: in any run, each figure over the
+    # runs that kept a repetition of it)
+    present = (lambda k: any(k in r for r in runs)) if probe_below is not None else (lambda k: all(k in r for r in runs))
+    keys = sorted(k for k in {k for r in runs for k in r} if present(k)
+                  and next(r for r in runs if k in r)[k]["MB_per_step"] * 1e6 >= 2 * llc)
+    if probe_below is not None:
+        print(f"Only repetitions whose read probe read below {probe_below:g} GB/s; '-': none in any run")
     probes = [float(c.get("read_probe_GB_per_s", 0)) for c, _ in loaded]
     fmas = [float(c.get("fma_probe_GFMA_per_s", 0)) for c, _ in loaded]
     print(f"CPU: {loaded[0][0].get('cpu_model')}; {len(paths)} run(s); last-level cache {llc / 2**20:.0f} MiB, so "
           f"DRAM-resident means at least {2 * llc / 1e6:.0f} MB per step; read probe {span(probes, 1)} GB/s, "
           f"FMA probe {span(fmas, 1)} GFMA/s")
     # Runs since 2026-11-30 judge each case against probes taken next to it (decode_variant_case.hpp)
-    near = [(r[k]["read_probe_GB_per_s"], r[k]["fma_probe_GFMA_per_s"]) for r in runs for k in keys if "fma_probe_GFMA_per_s" in r[k]]
+    near = [(r[k]["read_probe_GB_per_s"], r[k]["fma_probe_GFMA_per_s"]) for r in runs for k in keys if k in r and "fma_probe_GFMA_per_s" in r[k]]
     if near:
         print(f"Each case against the probes next to it: read {span([n[0] for n in near], 1)} GB/s, "
               f"FMA {span([n[1] for n in near], 1)} GFMA/s over the cases")
@@ -50,7 +57,7 @@ def main(paths):
     # A case whose cache Linux left (partly) on 4 KiB pages ran on a different machine, in effect
     # (below 0.9: a buffer not aligned to 2 MiB keeps its first and last partial 2 MiB on 4 KiB pages,
     # 0.97-0.99 of the smallest DRAM-resident caches here)
-    small_pages = sorted({k for r in runs for k in keys if 0 <= r[k].get("huge_page_share", 1) < 0.9})
+    small_pages = sorted({k for r in runs for k in keys if k in r and 0 <= r[k].get("huge_page_share", 1) < 0.9})
     if small_pages:
         print("On 4 KiB pages in part (huge_page_share below 0.9 in some run): "
               + ", ".join("/".join(str(x) for x in k) for k in small_pages) + "\n")
@@ -65,7 +72,7 @@ def main(paths):
             if shape + (v,) not in keys:
                 cells.append("-")
                 continue
-            cases = [r[shape + (v,)] for r in runs]
+            cases = [r[shape + (v,)] for r in runs if shape + (v,) in r]
             fractions = [c["of_roofline"] for c in cases]
             roofs = "".join(sorted({"M" if c["memory_bound"] else "C" for c in cases}))
             cells.append(f"{span(fractions)} {roofs}{mark([f >= ROOF_TARGET for f in fractions])}")
@@ -75,10 +82,13 @@ def main(paths):
         """Time ratio a / b (range), the byte ratio, and whether it is within the tolerance."""
         if a not in keys or b not in keys:
             return "-"
-        byte_ratio = runs[0][a]["MB_per_step"] / runs[0][b]["MB_per_step"]
-        times = [r[a]["real_time"] / r[b]["real_time"] for r in runs]
+        both = [r for r in runs if a in r and b in r]
+        if not both:
+            return "-"
+        byte_ratio = both[0][a]["MB_per_step"] / both[0][b]["MB_per_step"]
+        times = [r[a]["real_time"] / r[b]["real_time"] for r in both]
         cell = f"{span(times)} [{byte_ratio:.2f}]"
-        if not all(r[a]["memory_bound"] and r[b]["memory_bound"] for r in runs):
+        if not all(r[a]["memory_bound"] and r[b]["memory_bound"] for r in both):
             return cell + " C"
         return cell + mark([abs(t / byte_ratio - 1) <= RATIO_TOLERANCE for t in times])
 
@@ -95,6 +105,10 @@ def main(paths):
         print(f"| {layout} | {element} | {length} | {batch} | " + " | ".join(cells) + " |")
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    probe_below = None
+    if args[:1] == ["--probe-below"] and len(args) > 1:
+        probe_below, args = float(args[1]), args[2:]
+    if not args:
         sys.exit(__doc__)
-    main(sys.argv[1:])
+    main(args, probe_below)
