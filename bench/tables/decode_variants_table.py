@@ -19,15 +19,18 @@ def load(path, probe_below=None):
     probe, taken next to it, read below that (a VM's low-bandwidth state); a case with none is left out."""
     data = json.load(open(path))
     runs, medians = {}, set()
+
+    def key_of(m):
+        v, layout, element, length, batch = m.groups()
+        return (layout, ELEMENT.get(element, element), int(length), int(batch), "SlimK2" if v.startswith("SlimK") else v)
+
     if probe_below is not None:
         kept = {}
         for run in data["benchmarks"]:
             m = NAME.search(run["name"])
             if m and run.get("run_type") == "iteration" and not run.get("error_occurred") \
                     and run.get("read_probe_GB_per_s", float("inf")) < probe_below:
-                v, layout, element, length, batch = m.groups()
-                kept.setdefault((layout, ELEMENT.get(element, element), int(length), int(batch),
-                                 "SlimK2" if v.startswith("SlimK") else v), []).append(run)
+                kept.setdefault(key_of(m), []).append(run)
         for key, reps in kept.items():
             runs[key] = sorted(reps, key=lambda r: r["real_time"])[(len(reps) - 1) // 2]
         return data.get("context", {}), runs
@@ -39,10 +42,7 @@ def load(path, probe_below=None):
         median = run.get("run_type") == "aggregate" and run.get("aggregate_name") == "median"
         if run.get("run_type") == "aggregate" and not median:
             continue
-        v, layout, element, length, batch = m.groups()
-        if v.startswith("SlimK"):
-            v = "SlimK2"
-        key = (layout, ELEMENT.get(element, element), int(length), int(batch), v)
+        key = key_of(m)
         if median or key not in medians:
             runs[key] = run
         if median:

@@ -642,7 +642,8 @@ void accumulate_tile(const float* p, int group, TileRows<T> rows, int n, float* 
 /// Paged<64> and Hnd, GQA<2> 0.99-1.07x (AMD EPYC Zen 5, L 65536 batch 1 and 16, L 4096 batch 64,
 /// L 1500 batch 16; medians of 15-41 calls alternated in one process, the same outputs).
 template <class Arch>
-[[gnu::always_inline]] inline void scale_by_segment(const float* p, int group, TileRows<std::int8_t> rows, int n, RowScales layout, int s, float* out) {
+[[gnu::always_inline]] inline void scale_by_segment(const float* p, int group, TileRows<std::int8_t> rows, int n, RowScales layout, int s,
+                                                     float* out) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
   alignas(64) float scales[kTile];  // n <= kTile
