@@ -638,9 +638,10 @@ void accumulate_tile(const float* p, int group, TileRows<T> rows, int n, float* 
 /// out[g * kTile + j] = p[g * kTile + j] * scale_j(s) for g < group and j < n: each of the group's
 /// scores or weights at token j times segment s's scale of row j (starting at rows[j]). The scales
 /// are gathered once, then applied W tokens at a time (the same product per element); out may be p.
-/// Always inlined: left a call, int8 MHA, SlimK2 and MQA took 1.01-1.08x as long on Paged<16>,
-/// Paged<64> and Hnd, GQA<2> 0.99-1.07x (AMD EPYC Zen 5, L 65536 batch 1 and 16, L 4096 batch 64,
-/// L 1500 batch 16; medians of 15-41 calls alternated in one process, the same outputs).
+/// Always inlined: left a call, int8 MHA took 1.04-1.12x as long on Paged<16>, Paged<64> and Hnd,
+/// SlimK2 1.04-1.09x (one run 0.96x), GQA<2> 0.99-1.07x and MQA 1.01x (AMD EPYC Zen 5, L 65536
+/// batch 1 and 16, L 4096 batch 64, L 1500 batch 16; medians of 15-41 calls alternated in one
+/// process, the same outputs).
 template <class Arch>
 [[gnu::always_inline]] inline void scale_by_segment(const float* p, int group, TileRows<std::int8_t> rows, int n, RowScales layout, int s,
                                                      float* out) {
