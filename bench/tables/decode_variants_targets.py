@@ -49,7 +49,8 @@ def main(paths, probe_below=None):
           f"DRAM-resident means at least {2 * llc / 1e6:.0f} MB per step; read probe {span(probes, 1)} GB/s, "
           f"FMA probe {span(fmas, 1)} GFMA/s")
     # Runs since 2026-11-30 judge each case against probes taken next to it (decode_variant_case.hpp)
-    near = [(r[k]["read_probe_GB_per_s"], r[k]["fma_probe_GFMA_per_s"]) for r in runs for k in keys if k in r and "fma_probe_GFMA_per_s" in r[k]]
+    near = [(r[k]["read_probe_GB_per_s"], r[k]["fma_probe_GFMA_per_s"])
+            for r in runs for k in keys if k in r and "fma_probe_GFMA_per_s" in r[k]]
     if near:
         print(f"Each case against the probes next to it: read {span([n[0] for n in near], 1)} GB/s, "
               f"FMA {span([n[1] for n in near], 1)} GFMA/s over the cases")

@@ -301,7 +301,8 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // parts, over every head's passes; SlimK2, XCache and MQA on any layout; the pages of
     // Paged<P>, run after run), float, 16-bit and int8 alike. Where the next tile's rows lie in a
     // block of their own per head (Paged<P> with several heads to a task: heads_apart), each head
-    // asks for its own part, keys and values, paced over its own passes (each_head). Against asking a row whole as that row was scored:
+    // asks for its own part, keys and values, paced over its own passes (each_head). Against
+    // asking a row whole as that row was scored:
     // MHA and GQA<2> on Paged<16> took 0.77-0.90 of the time (f32, half, bfloat16; int8 0.90-0.97)
     // at L 65536 with batch 1 and 16 and at L 4096 with batch 64, GQA<2> half on Paged<256>
     // 0.89-0.91, MHA f32 there 0.99-1.01, and in the L3 (L 1500, batch 16) 0.85-1.03 (AMD EPYC Zen
