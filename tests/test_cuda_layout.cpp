@@ -13,6 +13,7 @@
 #include <polyattn/exec/cuda/device_layout.hpp>
 #include <polyattn/exec/cuda/mirror_plan.hpp>
 #include <polyattn/exec/cuda/query_blocks.hpp>
+#include <polyattn/exec/cuda/stream_plan.hpp>
 #include <polyattn/exec/cuda/tile_plan.hpp>
 
 #include "support/attend_spec.hpp"
@@ -434,4 +435,33 @@ TEST_CASE("the register-tiled prefill kernel takes 64 rows a block where its sha
   std::vector<DeviceJob> decode;
   for (int s = 0; s < 64; ++s) decode.push_back({s, 0, 4096});
   CHECK_FALSE(plan_prefill(mha, decode, kH100Shared));
+}
+
+TEST_CASE("the streaming decode kernel takes MHA, GQA and MQA rows of 8, 16 or 32 lanes of 16 bytes, and only those") {
+  // MHA, float, 64 wide: 16 lanes a row; 128 wide: 32; half, 64 wide: 8 lanes of 8 halves.
+  const auto mha = plan_stream(attend_spec(1, 1, 0, 0, 64, 1, 0, 64), rows({64, 64}), sizeof(float));
+  REQUIRE(mha);
+  CHECK(mha->lanes == 16);
+  CHECK(mha->group_tile == 1);
+  CHECK(plan_stream(attend_spec(2, 1, 0, 0, 128, 1, 0, 128), rows({128, 128}), sizeof(float))->lanes == 32);
+  CHECK(plan_stream(attend_spec(2, 1, 0, 0, 64, 1, 0, 64), rows({64, 64}), 2)->lanes == 8);
+  CHECK(plan_stream(attend_spec(2, 1, 0, 0, 256, 1, 0, 256), rows({256, 256}), 2)->lanes == 32);
+  // GQA and MQA: the group rounded up to a power of two, at most 8 heads a key row.
+  CHECK(plan_stream(attend_spec(1, 3, 0, 0, 64, 1, 0, 64), rows({64, 64}), sizeof(float))->group_tile == 4);
+  CHECK(plan_stream(attend_spec(1, 8, 0, 0, 64, 1, 0, 64), rows({64, 64}), sizeof(float))->group_tile == 8);
+  CHECK_FALSE(plan_stream(attend_spec(1, 9, 0, 0, 64, 1, 0, 64), rows({64, 64}), sizeof(float)));
+  // Column offsets on 16-byte boundaries inside wider rows (MLA's split key and value tensors).
+  CHECK(plan_stream(attend_spec(1, 2, 0, 4, 64, 1, 8, 64), rows({72, 80}), sizeof(float)));
+  // Refused: values in the key tensor (K-only caches, X-cache, MLA's latent), heads packed in one
+  // row, key and value widths that differ, rows that are not 8, 16 or 32 loads, offsets or row
+  // widths off 16-byte boundaries, double, a tensor that is not there.
+  CHECK_FALSE(plan_stream(attend_spec(1, 16, 0, 0, 576, 0, 0, 512), rows({576}), sizeof(float)));
+  CHECK_FALSE(plan_stream(attend_spec(1, 4, 0, 0, 32, 0, 0, 128, 32), rows({128}), sizeof(float)));
+  CHECK_FALSE(plan_stream(attend_spec(1, 1, 0, 0, 64, 1, 0, 128), rows({64, 128}), sizeof(float)));
+  CHECK_FALSE(plan_stream(attend_spec(1, 1, 0, 0, 40, 1, 0, 40), rows({40, 40}), sizeof(float)));
+  CHECK_FALSE(plan_stream(attend_spec(1, 1, 0, 0, 16, 1, 0, 16), rows({16, 16}), sizeof(float)));
+  CHECK_FALSE(plan_stream(attend_spec(1, 1, 0, 2, 64, 1, 0, 64), rows({66, 64}), sizeof(float)));
+  CHECK_FALSE(plan_stream(attend_spec(1, 1, 0, 0, 64, 1, 0, 64), rows({64, 66}), sizeof(float)));
+  CHECK_FALSE(plan_stream(attend_spec(1, 1, 0, 0, 64, 1, 0, 64), rows({64, 64}), sizeof(double)));
+  CHECK_FALSE(plan_stream(attend_spec(1, 1, 0, 0, 64, 5, 0, 64), rows({64, 64}), sizeof(float)));
 }

@@ -6,8 +6,9 @@
 //   shapes: half the bytes of their fp32 rows, read as __half / __nv_bfloat16, accumulated in fp32
 //   Hnd (head-major rows) beside Nhd for MHA and SlimK2 (fp32) and MHA (half): whether the
 //   token-major layout's strided rows cost bandwidth
-// plus the general kernel (exec::Cuda::Kernel::general) beside the tiled one at L = 16384, and
-// Paged<16> at one shape. A step is one query per sequence over its whole
+// plus the general kernel (exec::Cuda::Kernel::general) beside the tiled one at L = 16384,
+// Paged<16> at one shape, and the tiled kernel (Kernel::tiled) beside the streaming one, which
+// runs MHA and GQA by default. A step is one query per sequence over its whole
 // cache (attend), so it reads batch * L * bytes-per-token of cache. Counters:
 //   GB_per_s         cache bytes / wall time of the call (host hooks, queries up, outputs down)
 //   kernel_GB_per_s  cache bytes / GPU time of the attention kernels alone
@@ -30,6 +31,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <polyattn/attention.hpp>
@@ -92,7 +94,8 @@ std::size_t host_cache_limit() { return std::size_t(sysconf(_SC_PHYS_PAGES)) * s
 
 /// args: n_heads, head_dim, context length L, batch. T: the cache element (float, half, bfloat16).
 /// kKernel: general forces the general kernel (kernels.cuh) where the tiled one would run.
-template <class Variant, class Layout, class T = float, exec::Cuda::Kernel kKernel = exec::Cuda::Kernel::automatic>
+/// kSplit: a fifth argument sets the streaming kernel's split target (blocks per SM).
+template <class Variant, class Layout, class T = float, exec::Cuda::Kernel kKernel = exec::Cuda::Kernel::automatic, bool kSplit = false>
 void BM_CudaDecode(benchmark::State& state) {
   if (skip_without_device(state)) return;
   const AttentionShape shape{int(state.range(0)), int(state.range(1))};
@@ -112,6 +115,7 @@ void BM_CudaDecode(benchmark::State& state) {
   std::mt19937 rng(42);
   A attn(shape, {.max_sequences = batch, .capacity = length}, bench::Inputs<Variant>::params(shape, rng));
   attn.executor().set_kernel(kKernel);
+  if constexpr (kSplit) attn.executor().set_stream_blocks_per_sm(int(state.range(4)));
   std::vector<int> seqs;
   for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
   const bench::Inputs<Variant> block(shape, rng);
@@ -141,12 +145,14 @@ void BM_CudaDecode(benchmark::State& state) {
   const std::array<long, 4> key{long(state.range(0)), long(state.range(1)), long(length), long(batch)};
   const double step_seconds = steps > 0 ? kernel_seconds / steps : 0.0;
   if constexpr (std::is_same_v<Variant, Mha> && std::is_same_v<Layout, Nhd> && std::is_same_v<T, float> &&
-                kKernel == exec::Cuda::Kernel::automatic) {
+                kKernel == exec::Cuda::Kernel::automatic && !kSplit) {
     mha_kernel_seconds()[key] = step_seconds;
   } else if (const auto mha = mha_kernel_seconds().find(key); mha != mha_kernel_seconds().end() && mha->second > 0) {
     state.counters["kernel_vs_mha"] = step_seconds / mha->second;
   }
-  state.SetLabel(A::name() + (kKernel == exec::Cuda::Kernel::general ? " (general kernel)" : ""));
+  state.SetLabel(A::name() + (kKernel == exec::Cuda::Kernel::general ? " (general kernel)"
+                              : kKernel == exec::Cuda::Kernel::tiled ? " (tiled kernel)"
+                                                                      : ""));
 }
 
 void Shapes(benchmark::internal::Benchmark* b, int heads, int dim) {
@@ -165,6 +171,13 @@ void GeneralShapes(benchmark::internal::Benchmark* b, int heads, int dim) {
 }
 void GeneralDecodeShapes(benchmark::internal::Benchmark* b) { GeneralShapes(b, 8, 64); }
 void GeneralDeepSeekShapes(benchmark::internal::Benchmark* b) { GeneralShapes(b, 16, 128); }
+
+/// The streaming kernel's split target (blocks per SM) at one long sequence and at batch 16.
+void SplitShapes(benchmark::internal::Benchmark* b) {
+  for (auto [length, batch] : {std::pair{65536, 1}, std::pair{16384, 16}})
+    for (int split : {2, 4, 8, 16}) b->Args({8, 64, length, batch, split});
+  b->ArgNames({"heads", "dim", "L", "batch", "split"})->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+}
 
 void LayoutShape(benchmark::internal::Benchmark* b) {
   b->Args({8, 64, 16384, 16})->ArgNames({"heads", "dim", "L", "batch"})->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
@@ -202,5 +215,16 @@ BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd, float, kGeneral>)->Apply(G
 BENCHMARK(BM_CudaDecode<polyattn::SlimK2, polyattn::Nhd, float, kGeneral>)->Apply(GeneralDecodeShapes);
 BENCHMARK(BM_CudaDecode<DeepSeekMla, polyattn::Nhd, float, kGeneral>)->Apply(GeneralDeepSeekShapes);
 BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Paged<16>>)->Apply(LayoutShape);
+// The tiled kernel, forced, where the streaming one runs by default (MHA, GQA: stream_plan.hpp).
+constexpr auto kTiled = polyattn::exec::Cuda::Kernel::tiled;
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd, float, kTiled>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Gqa<2>, polyattn::Nhd, float, kTiled>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd, float, kTiled>)->Apply(DeepSeekShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd, Eigen::half, kTiled>)->Apply(DecodeShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Paged<16>, float, kTiled>)->Apply(LayoutShape);
+constexpr auto kAutomatic = polyattn::exec::Cuda::Kernel::automatic;
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd, float, kAutomatic, true>)->Apply(SplitShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Gqa<2>, polyattn::Nhd, float, kAutomatic, true>)->Apply(SplitShapes);
+BENCHMARK(BM_CudaDecode<polyattn::Mha, polyattn::Nhd, Eigen::half, kAutomatic, true>)->Apply(SplitShapes);
 
 BENCHMARK_MAIN();

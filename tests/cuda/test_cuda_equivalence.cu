@@ -76,6 +76,13 @@ TEST_CASE_TEMPLATE("cuda: -inf, overflowing and huge scores give the same limits
   attend_limits_scenario<Layout, exec::Cuda>(0);
 }
 
+// The same cases on 64-wide rows, which take the streaming decode kernel (stream_plan.hpp); the
+// 20- and 12-wide rows above take the tiled one.
+TEST_CASE_TEMPLATE("cuda: the streaming kernel gives the same limits as on the CPU" * doctest::skip(kNoDevice), Layout, Nhd,
+                   Paged<7>) {
+  attend_limits_scenario<Layout, exec::Cuda>(0, {64, 64});
+}
+
 // ---- Variants with host-side hooks around the device attend ------------------------------------
 
 TEST_CASE_TEMPLATE("cuda: SlimK2 and XCache on converted layers match the Reference executor" * doctest::skip(kNoDevice), C,
@@ -319,6 +326,50 @@ TEST_CASE_TEMPLATE("cuda: the attend primitive matches the Reference executor fo
   check_spec_against_reference<Layout>({{2, 64}, {2, 64}}, attend_spec(2, 1, 0, 0, 64, 1, 0, 64));
   check_spec_against_reference<Layout>({{1, 128}}, attend_spec(1, 4, 0, 0, 32, 0, 0, 128, 32));
   check_spec_against_reference<Layout>({{1, 64}, {1, 64}}, attend_spec(1, 20, 0, 0, 64, 1, 0, 64));
+}
+
+// The streaming decode kernel (stream_plan.hpp) on every width and group it takes: 8, 16 and 32
+// lanes a row, a group of 3 in a tile of 4, 8 heads on one key row (MQA), column offsets inside
+// wider rows; and the tiled kernel, forced, where the streaming one would run.
+TEST_CASE_TEMPLATE("cuda: the streaming kernel matches the Reference executor" * doctest::skip(kNoDevice), Layout, Nhd, Hnd,
+                   Paged<16>, Paged<7>) {
+  check_spec_against_reference<Layout>({{2, 32}, {2, 32}}, attend_spec(2, 1, 0, 0, 32, 1, 0, 32));
+  check_spec_against_reference<Layout>({{2, 128}, {2, 128}}, attend_spec(2, 1, 0, 0, 128, 1, 0, 128));
+  check_spec_against_reference<Layout>({{2, 64}, {2, 64}}, attend_spec(2, 3, 0, 0, 64, 1, 0, 64));
+  check_spec_against_reference<Layout>({{1, 64}, {1, 64}}, attend_spec(1, 8, 0, 0, 64, 1, 0, 64));
+  check_spec_against_reference<Layout>({{1, 72}, {1, 80}}, attend_spec(1, 2, 0, 4, 64, 1, 8, 64));
+  const auto tiled = exec::Cuda::Kernel::tiled;
+  check_spec_against_reference<Layout>({{2, 64}, {2, 64}}, attend_spec(2, 1, 0, 0, 64, 1, 0, 64), tiled);
+  check_spec_against_reference<Layout>({{2, 64}, {2, 64}}, attend_spec(2, 2, 0, 0, 64, 1, 0, 64), tiled);
+}
+
+namespace {
+
+/// Mha or Gqa<2> over a 16-bit cache of 4 heads of `head_dim`, 700 tokens (prefill 9, decode the
+/// rest), on exec::Cuda (decode on the streaming kernel: 8 or 16 lanes of 8 elements) and on the
+/// Reference executor reading the same rounded rows; both accumulate in at least fp32.
+template <class V, class Layout, class T>
+void check_16_bit_stream(int head_dim) {
+  const AttentionShape shape{4, head_dim};
+  const int n = 700;
+  std::mt19937 rng(31);
+  const RowMatrixXf q = random_matrix(n, V::query_width(shape), rng);
+  const RowMatrixXf k = random_matrix(n, V::kv_heads(shape) * head_dim, rng), v = random_matrix(n, V::kv_heads(shape) * head_dim, rng);
+  const CacheConfig config{.max_sequences = 2, .capacity = n + 5, .poison_unused = true};
+  Attention<V, Layout, exec::Reference, T> ref(shape, config);
+  Attention<V, Layout, exec::Cuda, T> cuda(shape, config);
+  const RowMatrixXf want = prefill_then_decode(ref, q, k, v), got = prefill_then_decode(cuda, q, k, v);
+  INFO(decltype(cuda)::name(), " with ", sizeof(T) * 8, "-bit elements, head_dim ", head_dim);
+  CHECK(max_abs_diff(got, want) <= fp32_attention_tolerance(head_dim, n));
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("cuda: the streaming kernel over 16-bit caches matches the Reference executor" * doctest::skip(kNoDevice), T,
+                   Eigen::half, Eigen::bfloat16) {
+  check_16_bit_stream<Mha, Nhd, T>(64);
+  check_16_bit_stream<Mha, Paged<16>, T>(128);
+  check_16_bit_stream<Gqa<2>, Hnd, T>(64);
 }
 
 TEST_CASE_TEMPLATE("cuda: the general kernel, forced, matches the Reference executor where the tiled one would run" *

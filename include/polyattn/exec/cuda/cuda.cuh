@@ -47,6 +47,7 @@
 #include "polyattn/exec/cuda/cuda_error.cuh"
 #include "polyattn/exec/cuda/device_layout.hpp"
 #include "polyattn/exec/cuda/device_memory.cuh"
+#include "polyattn/exec/cuda/attend_stream.cuh"
 #include "polyattn/exec/cuda/attend_tiles.cuh"
 #include "polyattn/exec/cuda/kernels.cuh"
 #include "polyattn/exec/cuda/mirror_plan.hpp"
@@ -119,16 +120,19 @@ class Cuda {
 
   /// Which kernels run. automatic (the default): a prefill kernel where plan_prefill accepts the
   /// call (rows in runs of one sequence; the register-tiled kernel where its shared memory fits,
-  /// else the simple one), else the tiled decode kernel where plan_tiles accepts it, else the
-  /// general one. simple_prefill: as automatic, but never the register-tiled prefill kernel.
-  /// decode: never a prefill kernel, each query row a job of the decode kernels. general: always
-  /// the general decode kernel. The last three are for comparisons, in tests and benchmarks.
-  enum class Kernel { automatic, simple_prefill, decode, general };
+  /// else the simple one), else the streaming decode kernel where plan_stream accepts it, else the
+  /// tiled one where plan_tiles accepts it, else the general one. simple_prefill: as automatic,
+  /// but never the register-tiled prefill kernel. decode: never a prefill kernel, each query row a
+  /// job of the decode kernels. general: always the general decode kernel. tiled: as automatic,
+  /// but never the streaming kernel. The last four are for comparisons, in tests and benchmarks.
+  enum class Kernel { automatic, simple_prefill, decode, general, tiled };
   void set_kernel(Kernel kernel) { kernel_ = kernel; }
   Kernel kernel() const { return kernel_; }
   /// How far the prefill kernel splits its query blocks' tokens: into chunks until about this many
   /// blocks per SM run (plan_chunks); 0 never splits. For comparisons, in benchmarks.
   void set_prefill_blocks_per_sm(int blocks) { prefill_blocks_per_sm_ = blocks; }
+  /// The same for the streaming decode kernel (default kStreamBlocksPerSm). For comparisons.
+  void set_stream_blocks_per_sm(int blocks) { stream_blocks_per_sm_ = blocks; }
   /// GPU time of the last call's kernels (prefill or decode kernels, and merge_chunks), without copies.
   double last_kernel_seconds() const { return last_kernel_seconds_; }
   /// Token rows copied into the cache mirror since the executor was made (one count per token,
@@ -376,11 +380,15 @@ class Cuda {
         run_prefill<T>(spec, jobs, *plan);
         return;
       }
+    const std::optional<cuda::StreamShape> streams = kernel_ != Kernel::general && kernel_ != Kernel::tiled
+                                                         ? cuda::plan_stream(spec, geometry_.tensors, sizeof(T))
+                                                         : std::nullopt;
     const std::optional<cuda::TileShape> tiles =
-        kernel_ != Kernel::general ? cuda::plan_tiles(spec, geometry_.tensors, sizeof(T)) : std::nullopt;
-    const int group_tile = tiles ? tiles->group_tile : cuda::kGroupTile;
+        !streams && kernel_ != Kernel::general ? cuda::plan_tiles(spec, geometry_.tensors, sizeof(T)) : std::nullopt;
+    const int group_tile = streams ? streams->group_tile : tiles ? tiles->group_tile : cuda::kGroupTile;
     const int group_tiles = (spec.group + group_tile - 1) / group_tile;
-    const cuda::ChunkPlan plan = cuda::plan_chunks(n, spec.cache_heads * group_tiles, max_visible, sm_count_);
+    const cuda::ChunkPlan plan = cuda::plan_chunks(n, spec.cache_heads * group_tiles, max_visible, sm_count_,
+                                                   streams ? stream_blocks_per_sm_ : cuda::kBlocksPerSm);
     const std::size_t partials = std::size_t(n) * std::size_t(query_heads) * std::size_t(plan.max_chunks);
     states_device_.reserve(partials);
     acc_device_.reserve(partials * std::size_t(spec.value_dim));
@@ -395,7 +403,9 @@ class Cuda {
                                       states_device_.data(),  acc_device_.data()};
     const dim3 grid(unsigned(n), unsigned(spec.cache_heads * group_tiles), unsigned(plan.max_chunks));
     start_.record(stream_);
-    if (tiles) {
+    if (streams) {
+      if constexpr (sizeof(T) == 2 || sizeof(T) == 4) launch_stream<T>(grid, *streams, spec.value_dim, params);
+    } else if (tiles) {
       const cuda::TiledParams<T> tiled{params, *tiles};
       switch (tiles->group_tile) {
         case 1: launch_tiles<T, 1>(grid, tiled); break;
@@ -541,6 +551,25 @@ class Cuda {
     launch(cuda::attend_tiles<T, kGroup>, grid, cuda::kTiledThreads, params.shape.shared_bytes, params, "attend_tiles", stream_.get());
   }
 
+  /// The streaming kernel's instance for the plan's lanes and group tile.
+  template <class T>
+  void launch_stream(dim3 grid, const cuda::StreamShape& shape, int value_dim, const cuda::ChunkParams<T>& params) {
+    const std::size_t shared = cuda::stream_shared_bytes(shape.group_tile, value_dim);
+    const auto with_lanes = [&]<int kLanes>() {
+      switch (shape.group_tile) {
+        case 1: launch(cuda::attend_stream<T, kLanes, 1>, grid, cuda::kStreamThreads, shared, params, "attend_stream", stream_.get()); break;
+        case 2: launch(cuda::attend_stream<T, kLanes, 2>, grid, cuda::kStreamThreads, shared, params, "attend_stream", stream_.get()); break;
+        case 4: launch(cuda::attend_stream<T, kLanes, 4>, grid, cuda::kStreamThreads, shared, params, "attend_stream", stream_.get()); break;
+        default: launch(cuda::attend_stream<T, kLanes, 8>, grid, cuda::kStreamThreads, shared, params, "attend_stream", stream_.get()); break;
+      }
+    };
+    switch (shape.lanes) {
+      case 8: with_lanes.template operator()<8>(); break;
+      case 16: with_lanes.template operator()<16>(); break;
+      default: with_lanes.template operator()<32>(); break;
+    }
+  }
+
   template <class T, int kColSlots>
   void launch_chunks(dim3 grid, std::size_t shared, const cuda::ChunkParams<T>& params) {
     launch(cuda::attend_chunks<T, kColSlots>, grid, cuda::kThreads, shared, params, "attend_chunks", stream_.get());
@@ -551,6 +580,7 @@ class Cuda {
   std::size_t max_shared_bytes_ = 48 << 10;  // dynamic shared memory one block may opt in to
   Kernel kernel_ = Kernel::automatic;
   int prefill_blocks_per_sm_ = cuda::kBlocksPerSm;
+  int stream_blocks_per_sm_ = cuda::kStreamBlocksPerSm;
   cuda::Stream stream_;
   cuda::Event start_, stop_;
   double last_kernel_seconds_ = 0;
