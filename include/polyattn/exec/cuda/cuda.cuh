@@ -555,12 +555,13 @@ class Cuda {
   template <class T>
   void launch_stream(dim3 grid, const cuda::StreamShape& shape, int value_dim, const cuda::ChunkParams<T>& params) {
     const std::size_t shared = cuda::stream_shared_bytes(shape.group_tile, value_dim);
+    const auto run = [&](auto kernel) { launch(kernel, grid, cuda::kStreamThreads, shared, params, "attend_stream", stream_.get()); };
     const auto with_lanes = [&]<int kLanes>() {
       switch (shape.group_tile) {
-        case 1: launch(cuda::attend_stream<T, kLanes, 1>, grid, cuda::kStreamThreads, shared, params, "attend_stream", stream_.get()); break;
-        case 2: launch(cuda::attend_stream<T, kLanes, 2>, grid, cuda::kStreamThreads, shared, params, "attend_stream", stream_.get()); break;
-        case 4: launch(cuda::attend_stream<T, kLanes, 4>, grid, cuda::kStreamThreads, shared, params, "attend_stream", stream_.get()); break;
-        default: launch(cuda::attend_stream<T, kLanes, 8>, grid, cuda::kStreamThreads, shared, params, "attend_stream", stream_.get()); break;
+        case 1: run(cuda::attend_stream<T, kLanes, 1>); break;
+        case 2: run(cuda::attend_stream<T, kLanes, 2>); break;
+        case 4: run(cuda::attend_stream<T, kLanes, 4>); break;
+        default: run(cuda::attend_stream<T, kLanes, 8>); break;
       }
     };
     switch (shape.lanes) {
