@@ -20,6 +20,7 @@
 
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/shape.hpp"
+#include "polyattn/exec/cuda/tile_plan.hpp"  // ceil_pow2
 
 namespace polyattn::exec::cuda {
 
@@ -52,10 +53,7 @@ inline std::optional<StreamShape> plan_stream(const AttendSpec& s, std::span<con
     return std::nullopt;
   const int lanes = s.key_dim / per_load;
   if (lanes != 8 && lanes != 16 && lanes != 32) return std::nullopt;
-  StreamShape shape;
-  shape.lanes = lanes;
-  while (shape.group_tile < s.group) shape.group_tile *= 2;
-  return shape;
+  return StreamShape{ceil_pow2(s.group), lanes};
 }
 
 }  // namespace polyattn::exec::cuda
