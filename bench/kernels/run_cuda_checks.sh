@@ -67,7 +67,8 @@ if [[ $stages == *" whisper "* ]]; then
   if [ -x "$bin/whisper_cuda" ] && [ -n "${MODEL:-}" ] && [ -n "${AUDIO:-}" ]; then
     copies=$(mktemp -d)
     for i in $(seq -w 1 64); do ln -s "$(realpath "$AUDIO")" "$copies/clip$i.wav"; done
-    "$bin/whisper_cuda" --device cuda --list-policies | while read -r self cross; do
+    # Not a pipeline: the loop must run in this shell, so that a failed row sets `status`.
+    while read -r self cross; do
       for batch in 1 16 64; do
         files=("$copies"/clip*.wav)
         log="whisper_${self//\//_}_${cross}_b$batch.txt"
@@ -75,7 +76,7 @@ if [[ $stages == *" whisper "* ]]; then
           --audio "${files[@]:0:$batch}"
         grep -E "encode|tokens/s|peak device|clip01.wav:tokens" "$out/$log" | sed "s|^|  $self $cross b$batch: |" | cut -c1-230
       done
-    done
+    done < <("$bin/whisper_cuda" --device cuda --list-policies)
   fi
 fi
 exit $status
