@@ -20,7 +20,7 @@
 
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/shape.hpp"
-#include "polyattn/exec/cuda/tile_plan.hpp"  // ceil_pow2
+#include "polyattn/exec/cuda/plan_checks.hpp"
 
 namespace polyattn::exec::cuda {
 
@@ -43,14 +43,9 @@ struct StreamShape {
 inline std::optional<StreamShape> plan_stream(const AttendSpec& s, std::span<const TensorSpec> tensors, std::size_t element) {
   if (element != 2 && element != 4) return std::nullopt;
   const int per_load = int(16 / element);
-  if (s.key_tensor < 0 || s.key_tensor >= int(tensors.size()) || s.value_tensor < 0 || s.value_tensor >= int(tensors.size()))
-    return std::nullopt;
+  if (!names_cached_tensors(s, tensors) || !columns_aligned(s, tensors, per_load)) return std::nullopt;
   if (s.key_tensor == s.value_tensor || s.key_group_stride != 0 || s.group < 1 || s.group > kStreamMaxGroup) return std::nullopt;
-  if (s.key_dim != s.value_dim || s.key_dim % per_load != 0) return std::nullopt;
-  const auto aligned = [&](int v) { return v % per_load == 0; };
-  if (!aligned(s.key_offset) || !aligned(s.value_offset) || !aligned(tensors[std::size_t(s.key_tensor)].dim) ||
-      !aligned(tensors[std::size_t(s.value_tensor)].dim))
-    return std::nullopt;
+  if (s.key_dim != s.value_dim) return std::nullopt;
   const int lanes = s.key_dim / per_load;
   if (lanes != 8 && lanes != 16 && lanes != 32) return std::nullopt;
   return StreamShape{ceil_pow2(s.group), lanes};

@@ -29,6 +29,7 @@
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/host_device.hpp"
 #include "polyattn/core/shape.hpp"
+#include "polyattn/exec/cuda/plan_checks.hpp"
 
 namespace polyattn::exec::cuda {
 
@@ -57,13 +58,6 @@ inline std::size_t tiled_shared_bytes(int group_tile, int tile_tokens, int key_s
   return tiles + scores + reduce;
 }
 
-/// The smallest power of two >= n.
-inline int ceil_pow2(int n) {
-  int p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 /// Columns [lo, hi) of the key tensor's row that the block of group tile `g0` (heads g0 ..
 /// g0 + gn - 1) copies: its heads' key slices and, when values share the tensor, the value columns.
 struct ColumnSpan {
@@ -81,14 +75,8 @@ POLYATTN_HOST_DEVICE ColumnSpan key_span(const AttendSpec& s, int g0, int gn) {
 /// The tiled kernel's shape for this call, or nothing when it cannot run it (see the top).
 /// `tensors`: the cached tensors (their `dim` is the width in elements of one head's row).
 inline std::optional<TileShape> plan_tiles(const AttendSpec& s, std::span<const TensorSpec> tensors, std::size_t element) {
-  const int quantum = std::max<int>(4, int(16 / element));
-  const auto aligned = [&](long long v) { return v % quantum == 0; };
   if (element > 16 || 16 % element != 0) return std::nullopt;
-  if (s.key_tensor < 0 || s.key_tensor >= int(tensors.size()) || s.value_tensor < 0 || s.value_tensor >= int(tensors.size()))
-    return std::nullopt;
-  if (!aligned(s.key_offset) || !aligned(s.key_dim) || !aligned(s.key_group_stride) || !aligned(s.value_offset) ||
-      !aligned(s.value_dim) || !aligned(tensors[std::size_t(s.key_tensor)].dim) || !aligned(tensors[std::size_t(s.value_tensor)].dim))
-    return std::nullopt;
+  if (!names_cached_tensors(s, tensors) || !columns_aligned(s, tensors, std::max<int>(4, int(16 / element)))) return std::nullopt;
   if (s.key_dim > kTiledMaxKeyDim || s.value_dim > kTiledMaxValueDim || s.key_dim < 1 || s.value_dim < 1) return std::nullopt;
 
   TileShape shape;
