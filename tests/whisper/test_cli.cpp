@@ -139,14 +139,16 @@ TEST_SUITE("cli") {
     CHECK(float32.status == 0);
     CHECK(float32.err.find("products on onednn (CPU)") != std::string::npos);
     // bfloat16 runs where oneDNN has a bfloat16 matmul for the CPU (AVX-512 and later), and
-    // otherwise fails saying so.
+    // otherwise is refused before the model loads, saying so (main.cpp asks oneDNN first).
     const CliRun bf16 = run_cli("--threads 1 --timestamps off --model " + model + " --audio " + wav + " --compute-type bfloat16");
     INFO("bfloat16 stderr:\n" << bf16.err);
     if (bf16.status == 0) {
       CHECK(bf16.out == wav + ":b\n");
       CHECK(bf16.err.find("products on onednn bfloat16 (CPU)") != std::string::npos);
     } else {
-      CHECK(bf16.err.find("no bfloat16 support in oneDNN: use --compute-type float32") != std::string::npos);
+      CHECK(bf16.err.find("--compute-type bfloat16: oneDNN has no bfloat16 matmul for this CPU") != std::string::npos);
+      CHECK(bf16.err.find("model:") == std::string::npos);  // refused before loading anything
+      CHECK(bf16.out.empty());
     }
     for (const auto& f : {model, wav}) std::filesystem::remove(f);
   }
