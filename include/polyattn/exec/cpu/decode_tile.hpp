@@ -271,18 +271,33 @@ struct NextTile {
 #endif
 
 /// A NextTile's paced asks as a pass's loop holds them: `left`, the loads until the next ask, in
-/// a register (asks_left), one tick per vector load of the tile's rows (tick_asks), written back
+/// a register (asks_left), ticked by the vector loads of the tile's rows (tick_asks), written back
 /// when the loop ends (keep_asks_left). Plain functions on an int: held in an object with a
 /// destructor, GCC 12 kept accumulate_columns' 16-bit accumulators in memory (1.4-1.7x as long).
 template <class Next>
 int asks_left(const Next* next) {
   return next && next->paced() ? next->countdown : 1 << 30;
 }
+/// One tick per load (the score passes).
 template <class Next>
 [[gnu::always_inline]] inline void tick_asks(Next* next, int& left) {
   if (--left == 0) {  // never without a paced NextTile: a loop ticks far fewer than 2^30 times
     left = next->spacing;
     next->ask_one();
+  }
+}
+/// `loads` ticks at once, after a row's loads (the value pass): one test and one branch per row,
+/// and as many lines asked as have come due (spacing may be below `loads`). Ticked per load, each
+/// load had its own decrement and branch, and XCache f32's value pass on AVX2 (2 heads x 4 column
+/// vectors a row) spent as many instructions on them as on its 8 multiply-adds. (The score passes
+/// keep a tick per load: ticked per row block there, SlimK2's took 1.2-1.4x as long on AVX2.)
+template <class Next>
+[[gnu::always_inline]] inline void tick_asks(Next* next, int& left, int loads) {
+  if ((left -= loads) <= 0) {  // never without a paced NextTile (see above)
+    do {
+      left += next->spacing;
+      next->ask_one();
+    } while (left <= 0);
   }
 }
 template <class Next>
@@ -551,11 +566,8 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, TileRows<T> row
   for (int j = 0; j < n; ++j) {
     const T* r = rows[j] + c;
     B v[NC];
-    POLYATTN_UNROLL
-    for (int i = 0; i < NC; ++i) {
-      v[i] = load_floats<Arch>(r + i * W);
-      if constexpr (!ByToken) tick_asks(next, asks);  // prefill blocks (ByToken) ask for nothing
-    }
+    for (int i = 0; i < NC; ++i) v[i] = load_floats<Arch>(r + i * W);
+    if constexpr (!ByToken) tick_asks(next, asks, NC);  // prefill blocks (ByToken) ask for nothing
     for (int g = 0; g < NG; ++g) {
       const B x(w[at(g, j)]);
       for (int i = 0; i < NC; ++i) a[g][i] = xsimd::fma(x, v[i], a[g][i]);
