@@ -119,6 +119,17 @@ template <class Arch>
     return B(detail::fold_pair<2>(t2[0], t2[1]));
   } else  // an else, not a fall-through: nvcc warns that code after the return is unreachable
 #endif
+#if defined(__AVX__)
+  if constexpr (std::is_base_of_v<xsimd::avx, Arch> && B::size == 8) {
+    // AVX2: two levels of hadd pair the rows' halves of each 128-bit lane, then the lanes are
+    // added across: 6 hadds, 2 lane permutes and an add per 8 rows, against a horizontal sum and
+    // a store per row. Lanes of u0: rows 0-3 over elements 0-3, then rows 0-3 over elements 4-7;
+    // u1: rows 4-7.
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(rows[0], rows[1]), _mm256_hadd_ps(rows[2], rows[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(rows[4], rows[5]), _mm256_hadd_ps(rows[6], rows[7]));
+    return B(_mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+  } else
+#endif
   {
     alignas(64) float sums[B::size];
     for (std::size_t r = 0; r < B::size; ++r) sums[r] = xsimd::hadd(rows[r]);
