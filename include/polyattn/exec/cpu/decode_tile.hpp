@@ -506,9 +506,31 @@ void for_each_head_block(int group, int per_block, const KeyTile<T, Next>& keys,
   }
 }
 
+/// Heads score_rows takes at once at most. AVX-512: 8 (2 rows: 16 sums, 2 keys and a query of 32
+/// registers). AVX2 (16 registers): 6 for a key the heads share (2 rows: 12 + 2 + 1), so that
+/// XCache's and MQA's 6 heads (Whisper tiny's) are scored in one pass over the tile, and 4 for
+/// head slices (SlimK2's). With 4 for a shared key, 6 heads took two passes, 4 heads on 2 rows
+/// and then 2 on 1 row, reading each key row twice (a 384-wide tile of 64 rows, 96 KiB, is past
+/// a Zen 3's 32 KiB L1): in one pass XCache took 0.76-0.87x the time (f32, half, int8; Hnd and
+/// Paged<16>) and MQA 0.85-0.89x (AMD EPYC Zen 3, 2 threads, L 65536, batch 16, best of 3
+/// alternated runs). SlimK2 half's slices, 6 to a block, took 1.10x (f32 1.02x), so they stay at 4.
+template <class Arch, bool SharedKey>
+inline constexpr int kMaxRowHeads = kVectorRegisters<Arch> == 32 ? 8 : (SharedKey ? 6 : 4);
+
+/// Heads of each score_rows block for a group. A shared key on AVX2: as few blocks as
+/// kMaxRowHeads allows, of equal size (8 heads as 4 + 4, both on 2 rows, not 6 + 2 with the 2
+/// heads on 1 row). Else blocks of kMaxRowHeads and the rest.
+template <class Arch, bool SharedKey>
+constexpr int row_heads_per_block(int group) {
+  constexpr int most = kMaxRowHeads<Arch, SharedKey>;
+  if (kVectorRegisters<Arch> == 32 || !SharedKey) return most;
+  const int blocks = (group + most - 1) / most;
+  return (group + blocks - 1) / blocks;
+}
+
 /// scores[g][j] for all `group` heads (queries q[group][key_dim]): keys of up to
 /// kMaxSliceVectors whole vectors by score_slices (head slices, or a key the heads share), in
-/// blocks of kSliceHeads heads, else in blocks of up to 8 heads (4 on AVX2) by score_rows. A shared
+/// blocks of kSliceHeads heads, else in blocks of up to kMaxRowHeads heads by score_rows. A shared
 /// key's groups of 1 and 2 heads (MHA, GQA<2>) get instances of their own, so that no register
 /// holds an unused head's query. Before, score_rows took shared keys of any width: with its query
 /// reloaded for every row, MHA's score pass took 1.5-1.6x as long with its tile in L1 or L2 (key
@@ -528,16 +550,17 @@ void score_tile(const float* q, int group, const KeyTile<T, Next>& keys, float* 
           score_slices<Arch, NG, NV, false>(q + g0 * keys.dim, keys.dim, heads, block, scores + g0 * kTile);
       });
     });
-  constexpr int kHeads = kVectorRegisters<Arch> == 32 ? 8 : 4;
-  for_each_head_block(group, kHeads, keys, [&](int g0, int heads, const KeyTile<T, Next>& block) {
-    with_count<kHeads>(heads, [&](auto ng) {
-      constexpr int NG = decltype(ng)::value;
-      if (keys.group_stride == 0)
-        score_rows<Arch, NG, true>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
-      else
-        score_rows<Arch, NG, false>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
+  const auto by_row_blocks = [&]<bool SharedKey>(std::bool_constant<SharedKey>) {
+    for_each_head_block(group, row_heads_per_block<Arch, SharedKey>(group), keys, [&](int g0, int heads, const KeyTile<T, Next>& block) {
+      with_count<kMaxRowHeads<Arch, SharedKey>>(heads, [&](auto ng) {
+        score_rows<Arch, decltype(ng)::value, SharedKey>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
+      });
     });
-  });
+  };
+  if (keys.group_stride == 0)
+    by_row_blocks(std::true_type{});
+  else
+    by_row_blocks(std::false_type{});
 }
 
 /// Vector loads of each row of a tile in score_tile's pass that asks for the next tile (its
@@ -549,7 +572,7 @@ constexpr int score_loads_per_row(int group, int key_dim, bool shared_key) {
   const int vectors = key_dim / W;
   if (shared_key || vectors == 0) return vectors;
   const bool slices = key_dim % W == 0 && vectors <= kMaxSliceVectors;
-  const int block = slices ? std::min(8, kSliceQueryRegisters<Arch> / vectors) : (kVectorRegisters<Arch> == 32 ? 8 : 4);
+  const int block = slices ? std::min(8, kSliceQueryRegisters<Arch> / vectors) : row_heads_per_block<Arch, false>(group);
   return std::min(group, block) * vectors;
 }
 
