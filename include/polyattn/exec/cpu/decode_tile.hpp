@@ -436,6 +436,18 @@ inline constexpr int kSliceQueryRegisters = kVectorRegisters<Arch> - 8;
 /// dims up to 64 on AVX-512, 32 on AVX2); wider slices go through score_rows.
 inline constexpr int kMaxSliceVectors = 4;
 
+/// Key vectors up to which a key that one head reads alone (MHA's: a group of 1) goes through
+/// score_slices, its NV query vectors in registers, on AVX2: 8 (key dims up to 64; 8 + a sum +
+/// the row's vectors of 16). score_rows, which took it before (64 = 8 AVX2 vectors is past
+/// kMaxSliceVectors), loaded a query vector for every key vector. On an AMD EPYC Zen 3, MHA's
+/// score pass (bench_decode_tile, one thread) took 0.62x the time in L1 (f32) and 0.45-0.64x in
+/// L2 and DRAM (half); end to end (2 threads, L 65536, batch 16, best of 4 alternated pairs) MHA
+/// half, bfloat16 and int8 took 0.89-0.92x on Hnd and half 0.80x on Paged<16>, f32 0.96-0.98x (an
+/// unchanged GQA<2> 0.96x); at batch 1 all within the VM's noise. AVX-512 keeps
+/// kMaxSliceVectors (unmeasured there for key dims of 80-128).
+template <class Arch>
+inline constexpr int kLoneKeyVectors = kVectorRegisters<Arch> == 16 ? 8 : kMaxSliceVectors;
+
 /// Heads score_slices takes at once for slices of NV vectors.
 template <class Arch, int NV>
 inline constexpr int kSliceHeads = std::min(8, kSliceQueryRegisters<Arch> / NV);
@@ -538,6 +550,11 @@ constexpr int row_heads_per_block(int group) {
 template <class Arch, class T, class Next>
 void score_tile(const float* q, int group, const KeyTile<T, Next>& keys, float* scores) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
+  if constexpr (kLoneKeyVectors<Arch> > kMaxSliceVectors)
+    if (group == 1 && keys.group_stride == 0 && keys.dim % W == 0 && keys.dim / W > kMaxSliceVectors &&
+        keys.dim / W <= kLoneKeyVectors<Arch>)
+      return with_count<kLoneKeyVectors<Arch>, kMaxSliceVectors + 1>(
+          keys.dim / W, [&](auto nv) { score_slices<Arch, 1, decltype(nv)::value, true>(q, keys.dim, 1, keys, scores); });
   if (keys.dim % W == 0 && keys.dim / W <= kMaxSliceVectors)
     return with_count<kMaxSliceVectors>(keys.dim / W, [&](auto nv) {
       constexpr int NV = decltype(nv)::value, NG = kSliceHeads<Arch, NV>;
