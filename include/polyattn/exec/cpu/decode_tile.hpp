@@ -433,7 +433,8 @@ template <class Arch>
 inline constexpr int kSliceQueryRegisters = kVectorRegisters<Arch> - 8;
 
 /// Query vectors per head up to which score_tile keeps head slices' queries in registers (key
-/// dims up to 64 on AVX-512, 32 on AVX2); wider slices go through score_rows.
+/// dims up to 64 on AVX-512, 32 on AVX2); wider slices go through score_rows, and a wider key of
+/// one head through score_slices up to kLoneKeyVectors.
 inline constexpr int kMaxSliceVectors = 4;
 
 /// Key vectors up to which a key that one head reads alone (MHA's: a group of 1) goes through
@@ -523,8 +524,8 @@ void for_each_head_block(int group, int per_block, const KeyTile<T, Next>& keys,
 /// XCache's and MQA's 6 heads (Whisper tiny's) are scored in one pass over the tile, and 4 for
 /// head slices (SlimK2's). With 4 for a shared key, 6 heads took two passes, 4 heads on 2 rows
 /// and then 2 on 1 row, reading each key row twice (a 384-wide tile of 64 rows, 96 KiB, is past
-/// a Zen 3's 32 KiB L1): in one pass XCache took 0.76-0.87x the time (f32, half, int8; Hnd and
-/// Paged<16>) and MQA 0.85-0.89x (AMD EPYC Zen 3, 2 threads, L 65536, batch 16, best of 3
+/// a Zen 3's 32 KiB L1): in one pass XCache took 0.79-0.86x the time (f32, half, int8; Hnd and
+/// Paged<16>) and MQA 0.84-0.88x (AMD EPYC Zen 3, 2 threads, L 65536, batch 16, best of 6
 /// alternated runs). SlimK2 half's slices, 6 to a block, took 1.10x (f32 1.02x), so they stay at 4.
 template <class Arch, bool SharedKey>
 inline constexpr int kMaxRowHeads = kVectorRegisters<Arch> == 32 ? 8 : (SharedKey ? 6 : 4);
@@ -541,8 +542,9 @@ constexpr int row_heads_per_block(int group) {
 }
 
 /// scores[g][j] for all `group` heads (queries q[group][key_dim]): keys of up to
-/// kMaxSliceVectors whole vectors by score_slices (head slices, or a key the heads share), in
-/// blocks of kSliceHeads heads, else in blocks of up to kMaxRowHeads heads by score_rows. A shared
+/// kMaxSliceVectors whole vectors (kLoneKeyVectors for one head's own key) by score_slices (head
+/// slices, or a key the heads share), in blocks of kSliceHeads heads, else in blocks of up to
+/// kMaxRowHeads heads by score_rows. A shared
 /// key's groups of 1 and 2 heads (MHA, GQA<2>) get instances of their own, so that no register
 /// holds an unused head's query. Before, score_rows took shared keys of any width: with its query
 /// reloaded for every row, MHA's score pass took 1.5-1.6x as long with its tile in L1 or L2 (key
