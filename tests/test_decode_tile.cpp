@@ -126,7 +126,7 @@ template <class Arch>
 void check_arch() {
   for (const bool shared : {true, false})
     for (const int group : {1, 2, 3, 4, 5, 6, 8, 12})
-      for (const int dim : {16, 32, 48, 64, 72, 384})  // slices of 1-4 whole vectors in registers (score_slices), one head's key of 6 and 8 AVX2 vectors (kLoneKeyVectors), wider, a tail
+      for (const int dim : {16, 32, 64, 72, 384})  // slices of 1-4 whole vectors in registers (score_slices; one head's key of 8 AVX2 vectors too: kLoneKeyVectors), wider, a tail
         for (const int count : {1, 3, 17, kTile}) {
           check_scores<Arch, float>(group, dim, count, shared);
           check_scores<Arch, Eigen::half>(group, dim, count, shared);

@@ -433,13 +433,15 @@ template <class Arch>
 inline constexpr int kSliceQueryRegisters = kVectorRegisters<Arch> - 8;
 
 /// Query vectors per head up to which score_tile keeps head slices' queries in registers (key
-/// dims up to 64 on AVX-512, 32 on AVX2); wider slices go through score_rows, and a wider key of
-/// one head through score_slices up to kLoneKeyVectors.
+/// dims up to 64 on AVX-512, 32 on AVX2); wider slices go through score_rows, and one head's key
+/// of kLoneKeyVectors through score_slices.
 inline constexpr int kMaxSliceVectors = 4;
 
-/// Key vectors up to which a key that one head reads alone (MHA's: a group of 1) goes through
-/// score_slices, its NV query vectors in registers, on AVX2: 8 (key dims up to 64; 8 + a sum +
-/// the row's vectors of 16). score_rows, which took it before (64 = 8 AVX2 vectors is past
+/// Vectors of a key that one head reads alone (MHA's: a group of 1) that score_tile gives to
+/// score_slices, its query vectors in registers, on AVX2: 8, a 64-wide key (8 + a sum + the
+/// row's vectors of 16). Only that width, not 5-8 vectors: each width is one more instance for
+/// every element type and tile source, and CI's builds are bound by their instances (see
+/// kSharedRowHeads). score_rows, which took it before (64 = 8 AVX2 vectors is past
 /// kMaxSliceVectors), loaded a query vector for every key vector. On an AMD EPYC Zen 3, MHA's
 /// score pass (bench_decode_tile, one thread) took 0.62x the time in L1 (f32) and 0.45-0.64x in
 /// L2 and DRAM (half); end to end (2 threads, L 65536, batch 16, best of 4 alternated pairs) MHA
@@ -519,32 +521,32 @@ void for_each_head_block(int group, int per_block, const KeyTile<T, Next>& keys,
   }
 }
 
-/// Heads score_rows takes at once at most. AVX-512: 8 (2 rows: 16 sums, 2 keys and a query of 32
-/// registers). AVX2 (16 registers): 6 for a key the heads share (2 rows: 12 + 2 + 1), so that
-/// XCache's and MQA's 6 heads (Whisper tiny's) are scored in one pass over the tile, and 4 for
-/// head slices (SlimK2's). With 4 for a shared key, 6 heads took two passes, 4 heads on 2 rows
-/// and then 2 on 1 row, reading each key row twice (a 384-wide tile of 64 rows, 96 KiB, is past
-/// a Zen 3's 32 KiB L1): in one pass XCache took 0.79-0.86x the time (f32, half, int8; Hnd and
+/// Heads score_rows takes in one block. AVX-512: 8 (2 rows: 16 sums, 2 keys and a query of 32
+/// registers). AVX2 (16 registers): 4, and 6 for a key the heads share where the group is a
+/// multiple of 6 (2 rows: 12 + 2 + 1), so that XCache's and MQA's 6 heads (Whisper tiny's) are
+/// scored in one pass over the tile. In blocks of 4, 6 heads took two passes, 4 heads on 2 rows
+/// and then 2 on 1 row, reading each key row twice (a 384-wide tile of 64 rows, 96 KiB, is past a
+/// Zen 3's 32 KiB L1): in one pass XCache took 0.79-0.86x the time (f32, half, int8; Hnd and
 /// Paged<16>) and MQA 0.84-0.88x (AMD EPYC Zen 3, 2 threads, L 65536, batch 16, best of 6
 /// alternated runs). SlimK2 half's slices, 6 to a block, took 1.10x (f32 1.02x), so they stay at 4.
-template <class Arch, bool SharedKey>
-inline constexpr int kMaxRowHeads = kVectorRegisters<Arch> == 32 ? 8 : (SharedKey ? 6 : 4);
+/// One block size more, not every size up to 6: each is compiled for every element type and
+/// tile source, and blocks of 5 and 6 with lone keys of 5-8 vectors (kLoneKeyVectors) made CI's
+/// optimised build 1.12x as long on that Zen 3.
+template <class Arch>
+inline constexpr int kRowHeads = kVectorRegisters<Arch> == 32 ? 8 : 4;
+template <class Arch>
+inline constexpr int kSharedRowHeads = kVectorRegisters<Arch> == 32 ? 8 : 6;
 
-/// Heads of each score_rows block for a group. A shared key on AVX2: as few blocks as
-/// kMaxRowHeads allows, of equal size (8 heads as 4 + 4, both on 2 rows, not 6 + 2 with the 2
-/// heads on 1 row). Else blocks of kMaxRowHeads and the rest.
+/// Heads of each score_rows block for a group (the last block takes the rest).
 template <class Arch, bool SharedKey>
 constexpr int row_heads_per_block(int group) {
-  constexpr int most = kMaxRowHeads<Arch, SharedKey>;
-  if (kVectorRegisters<Arch> == 32 || !SharedKey) return most;
-  const int blocks = (group + most - 1) / most;
-  return (group + blocks - 1) / blocks;
+  return SharedKey && group % kSharedRowHeads<Arch> == 0 ? kSharedRowHeads<Arch> : kRowHeads<Arch>;
 }
 
 /// scores[g][j] for all `group` heads (queries q[group][key_dim]): keys of up to
 /// kMaxSliceVectors whole vectors (kLoneKeyVectors for one head's own key) by score_slices (head
-/// slices, or a key the heads share), in blocks of kSliceHeads heads, else in blocks of up to
-/// kMaxRowHeads heads by score_rows. A shared
+/// slices, or a key the heads share), in blocks of kSliceHeads heads, else in blocks of
+/// row_heads_per_block heads by score_rows. A shared
 /// key's groups of 1 and 2 heads (MHA, GQA<2>) get instances of their own, so that no register
 /// holds an unused head's query. Before, score_rows took shared keys of any width: with its query
 /// reloaded for every row, MHA's score pass took 1.5-1.6x as long with its tile in L1 or L2 (key
@@ -553,10 +555,8 @@ template <class Arch, class T, class Next>
 void score_tile(const float* q, int group, const KeyTile<T, Next>& keys, float* scores) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   if constexpr (kLoneKeyVectors<Arch> > kMaxSliceVectors)
-    if (group == 1 && keys.group_stride == 0 && keys.dim % W == 0 && keys.dim / W > kMaxSliceVectors &&
-        keys.dim / W <= kLoneKeyVectors<Arch>)
-      return with_count<kLoneKeyVectors<Arch>, kMaxSliceVectors + 1>(
-          keys.dim / W, [&](auto nv) { score_slices<Arch, 1, decltype(nv)::value, true>(q, keys.dim, 1, keys, scores); });
+    if (group == 1 && keys.group_stride == 0 && keys.dim == kLoneKeyVectors<Arch> * W)
+      return score_slices<Arch, 1, kLoneKeyVectors<Arch>, true>(q, keys.dim, 1, keys, scores);
   if (keys.dim % W == 0 && keys.dim / W <= kMaxSliceVectors)
     return with_count<kMaxSliceVectors>(keys.dim / W, [&](auto nv) {
       constexpr int NV = decltype(nv)::value, NG = kSliceHeads<Arch, NV>;
@@ -571,9 +571,12 @@ void score_tile(const float* q, int group, const KeyTile<T, Next>& keys, float* 
     });
   const auto by_row_blocks = [&]<bool SharedKey>(std::bool_constant<SharedKey>) {
     for_each_head_block(group, row_heads_per_block<Arch, SharedKey>(group), keys, [&](int g0, int heads, const KeyTile<T, Next>& block) {
-      with_count<kMaxRowHeads<Arch, SharedKey>>(heads, [&](auto ng) {
+      const auto rows = [&](auto ng) {
         score_rows<Arch, decltype(ng)::value, SharedKey>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
-      });
+      };
+      if constexpr (SharedKey && kSharedRowHeads<Arch> > kRowHeads<Arch>)
+        if (heads == kSharedRowHeads<Arch>) return rows(std::integral_constant<int, kSharedRowHeads<Arch>>{});
+      with_count<kRowHeads<Arch>>(heads, rows);
     });
   };
   if (keys.group_stride == 0)
