@@ -530,8 +530,9 @@ void for_each_head_block(int group, int per_block, const KeyTile<T, Next>& keys,
 /// Paged<16>) and MQA 0.84-0.88x (AMD EPYC Zen 3, 2 threads, L 65536, batch 16, best of 6
 /// alternated runs). SlimK2 half's slices, 6 to a block, took 1.10x (f32 1.02x), so they stay at 4.
 /// One block size more, not every size up to 6: each is compiled for every element type and
-/// tile source, and blocks of 5 and 6 with lone keys of 5-8 vectors (kLoneKeyVectors) made CI's
-/// optimised build 1.12x as long on that Zen 3.
+/// tile source, and CI's builds on 2 cores are bound by that work. (A fresh CI with sizes 5 and
+/// 6 and lone keys of 5-8 vectors, kLoneKeyVectors, built its optimised pass 1.12x as long, but
+/// the units without these kernels took 1.2x too: the VM, not measured as the instances' cost.)
 template <class Arch>
 inline constexpr int kRowHeads = kVectorRegisters<Arch> == 32 ? 8 : 4;
 template <class Arch>
