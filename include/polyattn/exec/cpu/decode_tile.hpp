@@ -636,9 +636,28 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, TileRows<T> row
 }
 
 /// Query vectors accumulate_weights takes in one pass over a column block: 6 x 4 accumulators
-/// + 4 values + 1 weight = 29 of 32 registers.
+/// + 4 values + 1 weight = 29 of 32 registers (AVX2: 2 x 4 + 4 + 1 = 13 of 16; but see
+/// six_value_vectors).
 template <class Arch>
 inline constexpr int kValueVectors = kVectorRegisters<Arch> == 32 ? 6 : 2;
+
+/// Whether decode's value pass takes a group's heads 6 at a time over blocks of 2 column vectors
+/// (12 accumulators + 2 values + 1 weight = 15 of 16 registers): on AVX2, for a group that is a
+/// multiple of 6 (XCache's, SlimK2's and MQA's 6 heads: Whisper tiny's). Each row's vectors are
+/// then loaded (and a 16-bit row converted) once for the 6 heads, where blocks of 2 x 4 loaded
+/// them 3 times (the weights' broadcasts included, 8 loads per 12 multiply-adds rather than 6 per
+/// 8). With its tile in L1 or L2 the value pass took 0.70-0.87x the time (XCache and SlimK2, f32
+/// and half; bench_decode_tile, one thread); end to end, with value_loads_per_row pacing the asks
+/// by the new loads (2 threads, L 65536, batch 16, best of 4 alternated runs, the same outputs),
+/// XCache took 0.81-0.87x (f32, half, int8; Hnd and Paged<16>), MQA 0.87-0.95x, SlimK2 0.89-1.00x,
+/// against 0.91-0.95x for the unchanged MHA and GQA<2> beside them (AMD EPYC Zen 3). At batch 1,
+/// noisier, the best times were 0.66-1.08x and the medians 0.64-0.95x, against 0.91-1.02x and
+/// 0.99-1.01x for the controls. Paced by the old counts (3 loads per vector)
+/// the asks fell behind and the DRAM-resident pass took 1.1-1.3x as long.
+template <class Arch>
+constexpr bool six_value_vectors(int group) {
+  return kVectorRegisters<Arch> == 16 && group % 6 == 0;
+}
 
 /// A prefill block's value product (accumulate_weights over [token][lanes] weights): query
 /// vectors x column vectors per register block. AVX-512: 6 x 4, as decode. AVX2's 16 registers:
@@ -650,11 +669,14 @@ template <class Arch>
 inline constexpr int kBlockValueColumns = kVectorRegisters<Arch> == 32 ? 4 : 2;
 
 /// Vector loads of each row of a tile in the value pass (accumulate_weights: each whole vector of
-/// the row once per block of kValueVectors heads): the pass's ticks (tick_asks).
+/// the row once per block of kValueVectors heads, or of 6 heads: six_value_vectors): the pass's
+/// ticks (tick_asks).
 template <class Arch>
 constexpr int value_loads_per_row(int group, int dim) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
-  return dim / W * ((group + kValueVectors<Arch> - 1) / kValueVectors<Arch>);
+  const int blocks = (group + kValueVectors<Arch> - 1) / kValueVectors<Arch>;  // of query vectors, for each column block
+  if (six_value_vectors<Arch>(group)) return dim / (2 * W) * 2 * (group / 6) + dim % (2 * W) / W * blocks;
+  return dim / W * blocks;
 }
 
 /// acc[g][:] += sum_j w(g, j) row_j[:] for `m` query vectors (weight (g, j) at w[at(g, j)]),
@@ -685,6 +707,11 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, TileRows
     }
   };
   int c = 0;
+  if constexpr (!ByToken)
+    if (six_value_vectors<Arch>(m))  // blocks of 2 column vectors first, the rest below
+      for (; c + 2 * W <= dim; c += 2 * W)
+        for (int g0 = 0; g0 < m; g0 += 6)
+          accumulate_columns<Arch, 6, 2>(w + at(g0, 0), at, rows, n, acc + std::ptrdiff_t(g0) * acc_stride, acc_stride, c, next);
   for (; c + kColumns * W <= dim; c += kColumns * W) columns(std::integral_constant<int, kColumns>{}, c);
   for (; c + W <= dim; c += W) columns(std::integral_constant<int, 1>{}, c);
   for (; c < dim; ++c)  // columns past the last full vector
