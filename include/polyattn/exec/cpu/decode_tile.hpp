@@ -662,7 +662,8 @@ constexpr bool six_value_vectors(int group) {
 /// A prefill block's value product (accumulate_weights over [token][lanes] weights): query
 /// vectors x column vectors per register block. AVX-512: 6 x 4, as decode. AVX2's 16 registers:
 /// 6 x 2 + 2 values + 1 weight = 15, 8 loads a row for 12 FMAs, where decode's 2 x 4 (13) loads
-/// 6 for 8 (measured with score_block's AVX2 block: block_tile.hpp).
+/// 6 for 8 (measured with score_block's AVX2 block: block_tile.hpp); decode takes 6 x 2 too for
+/// groups of a multiple of 6 (six_value_vectors).
 template <class Arch>
 inline constexpr int kBlockValueVectors = 6;
 template <class Arch>
