@@ -333,12 +333,15 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // page (16 float rows of 64 a block, 6 heads): a synthetic read of MHA f32's rows in that order
     // (L 65536, batch 16, 2 threads) reached 35 GB/s at best, against 48 page by page, as much as
     // Hnd's order. In the kernel, against head after head (AMD EPYC Zen 5, Paged<16>, medians of
-    // 11-41 calls alternated in one process, the same outputs; the README's Zen 5 section): MHA
-    // f32 took 0.68-0.78 of the time, GQA<2> f32 0.72-0.79, half and bfloat16 0.85-0.86 at L 65536,
-    // batch 16; f32 0.73-0.81 and 16-bit 0.84-1.03 at batch 1 and at L 4096, batch 64; 0.81-0.96
-    // in the L3 (L 1500, batch 16). A tile per page (each page's passes apart) took 1.02-1.11x
-    // this order's time at L 65536, batch 16 and 1.19-1.37x in the L3. int8 keeps the head-major
-    // passes: this order took 1.16-1.20x their time at L 65536, batch 16 and in the L3.
+    // 11-41 calls alternated in one process, the same outputs; the Zen 5 section of the decode
+    // log, bench/results/cpu_decode_variants/README.md): MHA f32 took 0.68-0.78 of the time,
+    // GQA<2> f32 0.72-0.79, half and bfloat16 0.85-0.86 at L 65536, batch 16; f32 0.73-0.81 and
+    // 16-bit 0.84-1.03 at batch 1 and at L 4096, batch 64; 0.81-0.96 in the L3 (L 1500, batch
+    // 16). A tile per page (each page's passes apart) took 1.02-1.11x this order's time at L
+    // 65536, batch 16 and 1.19-1.37x in the L3. int8 keeps the head-major passes: this order took
+    // 1.16-1.20x their time at L 65536, batch 16 and in the L3 (and 1.11-1.16x for MHA and GQA<2>
+    // int8 on an Intel Xeon at 2.0 GHz: bench/ab/ab_headers.sh,
+    // bench/results/cpu_decode_variants/xeon105_2threads_2026-12-01_int8_page_order_ab.txt).
     if constexpr (!int8)
       if (heads_apart && run_count > 1 && separate_values) {
         const int score_loads = score_loads_per_row<Arch>(G, spec.key_dim, spec.key_group_stride == 0);
@@ -401,7 +404,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       // The tile's rows of head h, run by run, and as its passes read them: strided in one run,
       // else through a table of rows, so that each pass takes all of the tile's pages at once
       // (before, each page of Paged<16> had passes of its own, which reload the group's queries
-      // and accumulators: see the README's Zen 5 section for the A/B).
+      // and accumulators: see the decode log's Zen 5 section for the A/B).
       CacheRun<T> keys[kTileRuns], values[kTileRuns];
       for (int i = 0; i < run_count; ++i) {
         keys[i] = store.run(spec.key_tensor, seq, t + runs[i].offset, first_head + h);
