@@ -25,5 +25,6 @@ cases() {  # include dir, output
 cases "$work/base/include" "$work/before.so" &
 cases "$repo/include" "$work/after.so" &
 g++ -std=c++20 -O2 "$here/ab_main.cpp" -o "$work/ab_main" -ldl
-wait %1 %2
+wait %1  # each on its own: with set -e, a failed build stops the script
+wait %2
 "$work/ab_main" "$work/before.so" "$work/after.so" "$length" "$batch" "$rounds" "$@"

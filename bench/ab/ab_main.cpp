@@ -5,7 +5,10 @@
 // machine, so the ratio of each round's pair of calls is the figure: a VM's bandwidth drifts
 // between processes and within minutes. Prints per case the minimum and median of each side in
 // ms, the ratio of the medians, the median and range of the per-round ratios, and whether the
-// outputs' sums agree (equal: the same arithmetic).
+// outputs' sums agree (equal: the same arithmetic). Name unchanged cases as controls: on the Intel
+// Xeon VM of 2026-12-01 the controls read 0.98-1.04 at L 65536, batch 16 (tens of ms a step), but
+// two identical sides read 0.74-0.80 at L 4096, batch 1 (under a millisecond, in the L3): where a
+// step is that short, where each side's cache landed in memory shows, not only the kernels.
 //   ab_main before.so after.so L batch rounds case [case ...]
 #include <dlfcn.h>
 
