@@ -492,6 +492,12 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
         else
           return load_floats<Arch>(k + g * keys.group_stride + i * W);
       };
+      // Unrolled whole, so that qv[g] is a register: left rolled (GCC 12, SlimK2's slices), the
+      // loop indexed qv in memory, the queries were kept on the stack and each multiply-add loaded
+      // one. Unrolled, SlimK2's score pass took 0.80 of the time with its tile resident (f32 and
+      // half, bench_decode_tile, one core of the 480 MiB Xeon), and its decode steps 0.95-0.99
+      // (f32, f16, int8; Hnd, L 65536, batch 16; bench/ab, controls 1.01-1.02, the same sums).
+      POLYATTN_UNROLL
       for (int g = 0; g < NG; ++g) {
         if (g >= heads) break;
         B acc = qv[g][0] * key(g, 0);
