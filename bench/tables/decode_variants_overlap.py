@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from decode_variants_table import VARIANTS, load  # noqa: E402
-from decode_variants_targets import last_level_cache, span  # noqa: E402
+from decode_variants_targets import dram_resident_keys, last_level_cache, span  # noqa: E402
 
 UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 KINDS = {"f32": "f32", "f16": "16-bit", "bf16": "16-bit", "i8": "int8"}
@@ -32,9 +32,8 @@ def main(paths):
     loaded = [load(p) for p in paths]
     llc = min(last_level_cache(c) for c, _ in loaded)
     runs = [r for _, r in loaded]
-    keys = [k for k in runs[0] if all(k in r for r in runs) and runs[0][k]["MB_per_step"] * 1e6 >= 2 * llc]
     order = {v: i for i, v in enumerate(VARIANTS)}
-    keys.sort(key=lambda k: (order.get(k[4], len(order)), k[0], k[1], k[2], k[3]))
+    keys = sorted(dram_resident_keys(runs, llc), key=lambda k: (order.get(k[4], len(order)), k[0], k[1], k[2], k[3]))
     print(f"CPU: {loaded[0][0].get('cpu_model', '?')}; {len(paths)} run(s); DRAM-resident cases (at least "
           f"{2 * llc / 1e6:.0f} MB per step); ms per step\n")
     print("| layout | T | L | batch | variant | time | read roof | FMA roof | over sum | over max |")

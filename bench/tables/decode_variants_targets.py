@@ -23,6 +23,14 @@ def last_level_cache(context):
     return max((c["size"] for c in context.get("caches", [])), default=0)
 
 
+def dram_resident_keys(runs, llc, in_any_run=False):
+    """The cases whose step reads at least twice the last-level cache `llc` (bytes), sorted: those
+    present in every run, or with in_any_run in any."""
+    present = any if in_any_run else all
+    return sorted(k for k in {k for r in runs for k in r} if present(k in r for r in runs)
+                  and next(r for r in runs if k in r)[k]["MB_per_step"] * 1e6 >= 2 * llc)
+
+
 def span(values, digits=2):
     lo, hi = min(values), max(values)
     return f"{lo:.{digits}f}" if f"{lo:.{digits}f}" == f"{hi:.{digits}f}" else f"{lo:.{digits}f}-{hi:.{digits}f}"
@@ -36,11 +44,8 @@ def main(paths, probe_below=None):
     loaded = [load(p, probe_below) for p in paths]
     llc = min(last_level_cache(c) for c, _ in loaded)
     runs = [r for _, r in loaded]
-    # DRAM-resident cases present in every run (with probe_below: in any run, each figure over the
-    # runs that kept a repetition of it)
-    present = (lambda k: any(k in r for r in runs)) if probe_below is not None else (lambda k: all(k in r for r in runs))
-    keys = sorted(k for k in {k for r in runs for k in r} if present(k)
-                  and next(r for r in runs if k in r)[k]["MB_per_step"] * 1e6 >= 2 * llc)
+    # With probe_below: the cases in any run, each figure over the runs that kept a repetition of it
+    keys = dram_resident_keys(runs, llc, in_any_run=probe_below is not None)
     if probe_below is not None:
         print(f"Only repetitions whose read probe read below {probe_below:g} GB/s; '-': none in any run")
     probes = [float(c.get("read_probe_GB_per_s", 0)) for c, _ in loaded]
