@@ -2,7 +2,9 @@
 // heads, whether they share a key or each reads its own slice of the row (SlimK2). A row's scores
 // must not depend on which rows share its block: each is checked bit for bit against the same
 // row scored alone, and against a double dot product within the float bound dim * u * sum |q k|. Group sizes 1-12 (two head blocks past 8), widths with a
-// scalar tail, tiles not a multiple of R; float and half keys; AVX2 and, where built, AVX-512.
+// scalar tail, tiles not a multiple of R; float, half and bfloat16 keys; AVX2 and, where built,
+// AVX-512. The value pass over bfloat16 rows, which it reads two vectors a load into other lanes,
+// gives the bits of the same values in float.
 // A tile gathered from several runs of the store (a table of rows: the pages of Paged<P>) is
 // scored and accumulated bit for bit as the same rows in one run.
 // And the next tile's paced asks (NextTile) cover every line of its rows, run by run, and reach
@@ -130,8 +132,38 @@ void check_arch() {
         for (const int count : {1, 3, 17, kTile}) {
           check_scores<Arch, float>(group, dim, count, shared);
           check_scores<Arch, Eigen::half>(group, dim, count, shared);
-          if (shared) check_gathered_values<Arch, float>(group, dim, count), check_gathered_values<Arch, Eigen::half>(group, dim, count);
+          check_scores<Arch, Eigen::bfloat16>(group, dim, count, shared);  // rows read two vectors a load (pair_loads)
+          if (shared)
+            check_gathered_values<Arch, float>(group, dim, count), check_gathered_values<Arch, Eigen::half>(group, dim, count),
+                check_gathered_values<Arch, Eigen::bfloat16>(group, dim, count);
         }
+}
+
+/// The value pass over bfloat16 rows, which it reads two vectors a load into other lanes
+/// (pair_loads), adds to each accumulator what the pass over the same values stored as float adds,
+/// bit for bit: the same products in the same order for every element, whatever lanes held them.
+/// Widths of an odd count of vectors (a pair and one more) and with a scalar tail included.
+template <class Arch>
+void check_paired_values() {
+  constexpr int W = int(xsimd::batch<float, Arch>::size);
+  for (const int group : {1, 2, 5, 6, 7, 12})
+    for (const int dim : {W, 2 * W, 3 * W, 4 * W, 5 * W + 3, 6 * W, 384})
+      for (const int count : {1, 17, kTile}) {
+        std::mt19937 rng(std::uint32_t(group * 1000 + dim * 10 + count));
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        std::vector<Eigen::bfloat16> rows(std::size_t(count) * dim);
+        std::vector<float> as_float(rows.size());
+        for (std::size_t i = 0; i < rows.size(); ++i) as_float[i] = float(rows[i] = Eigen::bfloat16(u(rng)));
+        std::vector<float> p(std::size_t(group) * kTile);
+        for (float& x : p) x = u(rng);
+        std::vector<float> from_16(std::size_t(group) * dim), from_32;
+        for (float& x : from_16) x = u(rng);
+        from_32 = from_16;
+        polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<Eigen::bfloat16>{rows.data(), dim}, count, from_16.data(), dim);
+        polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<float>{as_float.data(), dim}, count, from_32.data(), dim);
+        INFO("group ", group, ", dim ", dim, ", rows ", count);
+        CHECK(std::memcmp(from_16.data(), from_32.data(), from_16.size() * sizeof(float)) == 0);
+      }
 }
 
 }  // namespace
@@ -142,6 +174,15 @@ TEST_CASE("the decode passes: each row's scores are the row's own, whatever rows
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
   SUBCASE("AVX-512") { check_arch<xsimd::avx512bw>(); }
+#endif
+}
+
+TEST_CASE("the value pass over bfloat16 rows read two vectors a load adds the bits of the same values in float") {
+#if defined(__AVX2__) && defined(__FMA__)
+  SUBCASE("AVX2") { check_paired_values<xsimd::fma3<xsimd::avx2>>(); }
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  SUBCASE("AVX-512") { check_paired_values<xsimd::avx512bw>(); }
 #endif
 }
 
@@ -262,22 +303,24 @@ polyattn::exec::cpu::NextTile<> tick_counter() {
 }
 
 /// Each pass ticks its NextTile once per vector load of a row: score_loads_per_row and
-/// value_loads_per_row, the counts NextTile::pace spreads the asks over.
-template <class Arch>
+/// value_loads_per_row, the counts NextTile::pace spreads the asks over (a vector of floats
+/// counts as a load where bfloat16 rows are read two vectors a load).
+template <class Arch, class T>
 void check_ticks() {
   for (const int group : {1, 2, 6, 7, 12})
     for (const int dim : {16, 32, 64, 72, 384}) {
       std::vector<float> p(std::size_t(group) * kTile, 0.5f), acc(std::size_t(group) * dim);
-      std::vector<float> rows(std::size_t(kTile) * group * dim, 0.25f), q(std::size_t(group) * dim, 1.0f), scores(std::size_t(group) * kTile);
-      INFO("group ", group, ", dim ", dim);
+      std::vector<T> rows(std::size_t(kTile) * group * dim, T(0.25f));
+      std::vector<float> q(std::size_t(group) * dim, 1.0f), scores(std::size_t(group) * kTile);
+      INFO("group ", group, ", dim ", dim, ", ", sizeof(T), "-byte elements");
       for (const int n : {5, kTile}) {
         auto counter = tick_counter();
-        polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<float>{rows.data(), dim}, n, acc.data(), dim, &counter);
+        polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<T>{rows.data(), dim}, n, acc.data(), dim, &counter);
         CHECK(counter.asked == n * polyattn::exec::cpu::value_loads_per_row<Arch>(group, dim));
       }
       for (const bool shared : {true, false}) {  // the score pass over a whole tile (blocks of W rows)
         auto counter = tick_counter();
-        const KeyTile<float> tile{{rows.data(), shared ? dim : group * dim}, shared ? 0 : dim, dim, kTile, &counter};
+        const KeyTile<T> tile{{rows.data(), shared ? dim : group * dim}, shared ? 0 : dim, dim, kTile, &counter};
         polyattn::exec::cpu::score_tile<Arch>(q.data(), group, tile, scores.data());
         INFO((shared ? "shared key" : "a slice per head"));
         CHECK(counter.asked == kTile * polyattn::exec::cpu::score_loads_per_row<Arch>(group, dim, shared));
@@ -289,10 +332,10 @@ void check_ticks() {
 
 TEST_CASE("each pass ticks the next tile's asks once per vector load of a row") {
 #if defined(__AVX2__) && defined(__FMA__)
-  SUBCASE("AVX2") { check_ticks<xsimd::fma3<xsimd::avx2>>(); }
+  SUBCASE("AVX2") { check_ticks<xsimd::fma3<xsimd::avx2>, float>(), check_ticks<xsimd::fma3<xsimd::avx2>, Eigen::bfloat16>(); }
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  SUBCASE("AVX-512") { check_ticks<xsimd::avx512bw>(); }
+  SUBCASE("AVX-512") { check_ticks<xsimd::avx512bw, float>(), check_ticks<xsimd::avx512bw, Eigen::bfloat16>(); }
 #endif
 }
 

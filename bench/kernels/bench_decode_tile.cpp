@@ -136,12 +136,16 @@ void TileCases(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_DecodeTile<Mha, float>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<Mha, Eigen::half>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<Mha, Eigen::bfloat16>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<Mqa, float>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<Mqa, Eigen::half>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<Mqa, Eigen::bfloat16>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<SlimK2, float>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<SlimK2, Eigen::half>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<SlimK2, Eigen::bfloat16>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<XCache, float>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<XCache, Eigen::half>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<XCache, Eigen::bfloat16>)->Apply(TileCases);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

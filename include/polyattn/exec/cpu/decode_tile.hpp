@@ -469,11 +469,16 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
   B qv[NG][NV];
-  for (int g = 0; g < NG; ++g)
+  for (int g = 0; g < NG; ++g) {
     for (int i = 0; i < NV; ++i) {
       qv[g][i] = g < heads ? B::load_unaligned(q + g * q_stride + i * W) : B(0.0f);
-      keep_in_register(qv[g][i]);
+      if constexpr (!pair_loads<Arch, T>()) keep_in_register(qv[g][i]);
     }
+    if constexpr (pair_loads<Arch, T>()) {  // in the lanes of the keys' vectors (load_row_vectors)
+      to_row_order<Arch, T, NV>(qv[g]);
+      for (int i = 0; i < NV; ++i) keep_in_register(qv[g][i]);
+    }
+  }
   const TileRows<T> rows = keys.rows;  // a local copy, which the asks' stores cannot change: kept in registers
   alignas(64) B partial[NG][W];
   int asks = asks_left(keys.next);
@@ -482,7 +487,11 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
       const T* k = rows[std::min(j0 + jj, keys.count - 1)];
       if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
       B kv[SharedKey ? NV : 1];
-      if constexpr (SharedKey) {
+      if constexpr (SharedKey && pair_loads<Arch, T>()) {
+        load_row_vectors<Arch, NV>(k, kv);
+        POLYATTN_UNROLL
+        for (int i = 0; i < NV; ++i) tick_asks(keys.next, asks);
+      } else if constexpr (SharedKey) {
         POLYATTN_UNROLL
         for (int i = 0; i < NV; ++i) kv[i] = load_floats<Arch>(k + i * W), tick_asks(keys.next, asks);
       }
@@ -500,8 +509,16 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
       POLYATTN_UNROLL
       for (int g = 0; g < NG; ++g) {
         if (g >= heads) break;
-        B acc = qv[g][0] * key(g, 0);
-        for (int i = 1; i < NV; ++i) acc = xsimd::fma(qv[g][i], key(g, i), acc);
+        B acc;
+        if constexpr (!SharedKey && pair_loads<Arch, T>()) {  // head g's slice, two vectors a load (load_row_vectors)
+          B slice[NV];
+          load_row_vectors<Arch, NV>(k + g * keys.group_stride, slice);
+          acc = qv[g][0] * slice[0];
+          for (int i = 1; i < NV; ++i) acc = xsimd::fma(qv[g][i], slice[i], acc);
+        } else {
+          acc = qv[g][0] * key(g, 0);
+          for (int i = 1; i < NV; ++i) acc = xsimd::fma(qv[g][i], key(g, i), acc);
+        }
         partial[g][jj] = acc;
         if constexpr (!SharedKey) {  // a tick per load of the head's slice
           POLYATTN_UNROLL
@@ -622,22 +639,32 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, TileRows<T> row
                         Next* next = nullptr) {
   using B = xsimd::batch<float, Arch>;
   constexpr int W = int(B::size);
+  // Decode reads bfloat16 rows two vectors a load (load_row_vectors), its accumulators in the
+  // same lanes while the rows pass.
+  constexpr bool pairs = !ByToken && pair_loads<Arch, T>();
   B a[NG][NC];
-  for (int g = 0; g < NG; ++g)
+  for (int g = 0; g < NG; ++g) {
     for (int i = 0; i < NC; ++i) a[g][i] = B::load_unaligned(acc + g * acc_stride + c + i * W);
+    if constexpr (pairs) to_row_order<Arch, T, NC>(a[g]);
+  }
   int asks = asks_left(next);
   for (int j = 0; j < n; ++j) {
     const T* r = rows[j] + c;
     B v[NC];
-    for (int i = 0; i < NC; ++i) v[i] = load_floats<Arch>(r + i * W);
+    if constexpr (pairs)
+      load_row_vectors<Arch, NC>(r, v);
+    else
+      for (int i = 0; i < NC; ++i) v[i] = load_floats<Arch>(r + i * W);
     if constexpr (!ByToken) tick_asks(next, asks, NC);  // prefill blocks (ByToken) ask for nothing
     for (int g = 0; g < NG; ++g) {
       const B x(w[at(g, j)]);
       for (int i = 0; i < NC; ++i) a[g][i] = xsimd::fma(x, v[i], a[g][i]);
     }
   }
-  for (int g = 0; g < NG; ++g)
+  for (int g = 0; g < NG; ++g) {
+    if constexpr (pairs) from_row_order<Arch, T, NC>(a[g]);
     for (int i = 0; i < NC; ++i) a[g][i].store_unaligned(acc + g * acc_stride + c + i * W);
+  }
   keep_asks_left(next, asks);
 }
 
