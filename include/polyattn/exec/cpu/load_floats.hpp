@@ -1,6 +1,7 @@
 // Loading cache elements into fp32 registers: float as is, Eigen::half through F16C /
 // AVX-512 (vcvtph2ps), Eigen::bfloat16 by widening to 32 bits and shifting left by 16 (a
-// bfloat16 is the top half of a float), int8 codes by sign extension to 32 bits and an exact
+// bfloat16 is the top half of a float; decode reads its rows two vectors a load instead, in pair
+// order: load_vector_pair), int8 codes by sign extension to 32 bits and an exact
 // integer-to-float conversion (the kernels apply the scales: kernels.hpp, int8_tile.hpp). The
 // conversion happens right after the load; all arithmetic after it is fp32. Architectures without
 // a conversion instruction go through a scalar conversion (slow, but correct). Scalar tails use
@@ -87,6 +88,15 @@ inline xsimd::batch<float, Arch> load_floats(const T* p) {
 /// The pair's vectors then hold the even and the odd elements ("pair order"): a kernel that reads
 /// rows so puts the vectors it multiplies them by in that order too (to_pair_order), and its
 /// results back (to_element_order). Exact: the same products and sums, in other lanes.
+/// Measured on an AMD EPYC Zen 4 (bench_decode_tile, one core, 4 alternated runs of each side):
+/// with its tile near, MHA's value pass took 0.78x the time and its score pass 0.76x (half's,
+/// the same code on both sides, 1.01x and 0.85x); MQA's, SlimK2's and XCache's passes, bound
+/// there by their multiply-adds (one 512-bit FMA a cycle), 0.94-1.04x. Whole decode steps (L
+/// 65536, batch 16, 2 threads, bench/ab) took 0.95-1.03x, the controls 0.98-1.00x: within that
+/// VM's noise. Where the conversions share ports with the multiply-adds (Intel: vpmovzxwd on
+/// port 5, vpslld on port 0), these passes issue half as many (2 per 32 elements, not 4) and
+/// half the loads; unmeasured there yet. (XCache's score pass, score_rows, holds 4 rows' keys for
+/// 6 heads in 29 of 32 registers, with no room for a second vector per row: it keeps load_floats.)
 template <class Arch, class T>
 constexpr bool pair_loads() {
   [[maybe_unused]] bool wide = false;  // whether Arch has the instructions below
