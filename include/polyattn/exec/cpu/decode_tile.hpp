@@ -487,6 +487,9 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
       const T* k = rows[std::min(j0 + jj, keys.count - 1)];
       if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
       B kv[SharedKey ? NV : 1];
+      // bfloat16 reads a pair of vectors a load (load_row_vectors), then ticks; the other types
+      // keep a tick after each load, and with it the instructions they had before the pair loads
+      // (their cases were the A/B's controls: load_floats.hpp, pair_loads).
       if constexpr (SharedKey && pair_loads<Arch, T>()) {
         load_row_vectors<Arch, NV>(k, kv);
         POLYATTN_UNROLL
