@@ -11,3 +11,4 @@
 
 #include "support/combos.hpp"
 #include "support/dense_oracle.hpp"
+#include "support/tile_kernels.hpp"
