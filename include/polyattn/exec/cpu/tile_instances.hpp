@@ -2,6 +2,7 @@
 // instead of in each unit that runs the executor:
 //
 //   // kernels.hpp, included by every unit before its first use of CpuSimd
+//   #include <polyattn/exec/cpu/tile_instances.hpp>
 //   POLYATTN_EXTERN_CPU_TILE_KERNELS(xsimd::avx512bw)
 //
 //   // tile_kernels.cpp, built with the same flags as the units that declare them
@@ -11,8 +12,9 @@
 // The tile kernels (decode_tile.hpp, block_tile.hpp) depend only on the architecture, the element
 // type read and the tile source (NextTile), never on the variant, the layout or the key mask, so
 // every (key mask, cache store) pair a unit runs instantiates the same few of them. They are most
-// of the code the executor generates: in the test suite, score_tile's instances were 13% of all
-// object code, compiled again in each of 19 units. The macros name every instance the executor's
+// of the code the executor generates: in the test suite's release build, the second and later
+// copies of score_tile's score_rows and score_slices were 13% of all object code (one copy in
+// each of up to 19 units). The macros name every instance the executor's
 // decode and prefill kernels call (attend_chunk, attend_block); a program that calls a kernel
 // with another tile source instantiates that one itself, as usual. Write them at global scope.
 //
