@@ -34,21 +34,17 @@
 /// Instantiates ARCH's tile kernels for decode (score_tile, accumulate_weights by head,
 /// accumulate_int8_tile; a tile of one run of the store or gathered from kTileRuns runs) and for
 /// prefill (score_block, accumulate_weights by token), for every element type CpuSimd reads.
-#define POLYATTN_CPU_TILE_KERNELS(ARCH)                                                                                     \
-  POLYATTN_CPU_TILE_KERNELS_DECODE_(template, ARCH, ::polyattn::exec::cpu::NextTile<1>)                                     \
-  POLYATTN_CPU_TILE_KERNELS_DECODE_(template, ARCH, ::polyattn::exec::cpu::NextTile<::polyattn::exec::cpu::kTileRuns>)      \
-  POLYATTN_CPU_TILE_KERNELS_PREFILL_(template, ARCH, float)                                                                 \
-  POLYATTN_CPU_TILE_KERNELS_PREFILL_(template, ARCH, ::Eigen::half)                                                         \
-  POLYATTN_CPU_TILE_KERNELS_PREFILL_(template, ARCH, ::Eigen::bfloat16)
+#define POLYATTN_CPU_TILE_KERNELS(ARCH) POLYATTN_CPU_TILE_KERNELS_ALL_(template, ARCH)
 /// Declares them in the units that call them.
-#define POLYATTN_EXTERN_CPU_TILE_KERNELS(ARCH)                                                                              \
-  POLYATTN_CPU_TILE_KERNELS_DECODE_(extern template, ARCH, ::polyattn::exec::cpu::NextTile<1>)                              \
-  POLYATTN_CPU_TILE_KERNELS_DECODE_(extern template, ARCH, ::polyattn::exec::cpu::NextTile<::polyattn::exec::cpu::kTileRuns>) \
-  POLYATTN_CPU_TILE_KERNELS_PREFILL_(extern template, ARCH, float)                                                          \
-  POLYATTN_CPU_TILE_KERNELS_PREFILL_(extern template, ARCH, ::Eigen::half)                                                  \
-  POLYATTN_CPU_TILE_KERNELS_PREFILL_(extern template, ARCH, ::Eigen::bfloat16)
+#define POLYATTN_EXTERN_CPU_TILE_KERNELS(ARCH) POLYATTN_CPU_TILE_KERNELS_ALL_(extern template, ARCH)
 
 // The parts: KIND is `template` (a definition) or `extern template` (a declaration).
+#define POLYATTN_CPU_TILE_KERNELS_ALL_(KIND, ARCH)                                                                         \
+  POLYATTN_CPU_TILE_KERNELS_DECODE_(KIND, ARCH, ::polyattn::exec::cpu::NextTile<1>)                                       \
+  POLYATTN_CPU_TILE_KERNELS_DECODE_(KIND, ARCH, ::polyattn::exec::cpu::NextTile<::polyattn::exec::cpu::kTileRuns>)        \
+  POLYATTN_CPU_TILE_KERNELS_PREFILL_(KIND, ARCH, float)                                                                   \
+  POLYATTN_CPU_TILE_KERNELS_PREFILL_(KIND, ARCH, ::Eigen::half)                                                           \
+  POLYATTN_CPU_TILE_KERNELS_PREFILL_(KIND, ARCH, ::Eigen::bfloat16)
 #define POLYATTN_CPU_TILE_KERNELS_SCORE_(KIND, ARCH, NEXT, T)                                                              \
   KIND void ::polyattn::exec::cpu::score_tile<ARCH, T, NEXT>(const float*, int, const ::polyattn::exec::cpu::KeyTile<T, NEXT>&, \
                                                              float*);
