@@ -73,6 +73,9 @@ void check_scores(int group, int dim, int count, bool shared) {
   for (T& x : rows) x = T(u(rng));
   std::vector<float> q(std::size_t(group) * dim);
   for (float& x : q) x = u(rng);
+  if constexpr (polyattn::exec::cpu::bf16_dot_scores<Arch, T>())  // where the policy scores with the query rounded, the exact sums below are of its products
+    if (polyattn::exec::cpu::bf16_dot_key(dim))
+      for (float& x : q) x = polyattn::exec::cpu::round_to_bfloat16(x);
   const std::ptrdiff_t group_stride = shared ? 0 : dim;
   std::vector<float> scores(std::size_t(group) * kTile + 64), alone(std::size_t(group) * kTile + 64);
   polyattn::exec::cpu::score_tile<Arch>(q.data(), group, KeyTile<T>{{rows.data(), width}, group_stride, dim, count}, scores.data());
@@ -139,6 +142,21 @@ void check_arch() {
         }
 }
 
+#if POLYATTN_HAS_BF16_SCORES
+/// The bfloat16 scores policy's score pass (score_rows_bf16_dot: 32-element chunks, a masked tail,
+/// R rows at a time) over bfloat16 keys: the same checks, its queries rounded first where it
+/// takes the key (bf16_dot_key: 20, 72, 120, 384; 16-64 keep the default pass). Its products
+/// are exact and its lanes add dim / 16 of them before sum_each's 4 levels, inside dim u sum|q k|
+/// for every dim checked (16: 1 + 4 additions).
+void check_bf16_scores_arch() {
+  using Arch = polyattn::exec::cpu::avx512bf16_scores;
+  for (const bool shared : {true, false})
+    for (const int group : {1, 2, 3, 4, 5, 6, 8, 12})
+      for (const int dim : {16, 20, 32, 64, 72, 120, 384})
+        for (const int count : {1, 3, 17, kTile}) check_scores<Arch, Eigen::bfloat16>(group, dim, count, shared);
+}
+#endif
+
 /// The value pass over bfloat16 rows, which it reads two vectors a load into other lanes
 /// (pair_loads), adds to each accumulator what the pass over the same values stored as float adds,
 /// bit for bit: the same products in the same order for every element, whatever lanes held them.
@@ -174,6 +192,14 @@ TEST_CASE("the decode passes: each row's scores are the row's own, whatever rows
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
   SUBCASE("AVX-512") { check_arch<xsimd::avx512bw>(); }
+#endif
+#if POLYATTN_HAS_BF16_SCORES
+  SUBCASE("AVX-512, bfloat16 scores") {
+    if (polyattn::exec::cpu::cpu_runs_avx512bf16())
+      check_bf16_scores_arch();
+    else
+      MESSAGE("this CPU has no AVX512-BF16: the bfloat16 scores policy is not run");
+  }
 #endif
 }
 

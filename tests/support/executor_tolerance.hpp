@@ -41,8 +41,12 @@ inline double max_column_norm(const RowMatrixXf& m) { return double(m.colwise().
 ///    2-norm, an entry of y at most that times W_o's largest column norm. For slim sigma_max(W_kv)
 ///    grows with cond(W_k) (W_kv = W_k^-1 W_v): that is where cond(W_k) enters.
 ///  - Both sides round the two products (w-term and e-term dot products) once each.
+/// `query_roundoff` u_q: one executor rounds each (scaled) query element to a relative u_q before
+/// its dot products (exec::CpuSimdBf16Scores: 2^-8), which moves a score by at most u_q scale |q_h|
+/// |k| more (Cauchy-Schwarz); the weights then move by a relative exp(2 ds) - 1 at most, which the
+/// first-order 2 ds bounds only for small ds.
 template <class V>
-double executor_tolerance(const LayerModel& m, const Script& s, int tokens) {
+double executor_tolerance(const LayerModel& m, const Script& s, int tokens, double query_roundoff = 0) {
   const AttentionShape shape = m.shape;
   const int d = shape.input_width(), e = shape.query_width();
   RowMatrixXf x(s.prefill_a.rows() + s.prefill_b.rows() + Eigen::Index(s.steps.size()) * 2, d);
@@ -80,8 +84,9 @@ double executor_tolerance(const LayerModel& m, const Script& s, int tokens) {
     for (int h = 0; h < shape.n_heads; ++h) map_norm = std::max(map_norm, spectral_norm(m.slim.w_kv.middleCols(h * shape.head_dim, shape.head_dim)));
     map_column = max_column_norm(m.slim.w_kv);
   }
-  const double ds = (dk / 8.0 + 16) * eps * scale * q_norm * k_norm;
-  const double attended = (2 * ds + 2 * eps * (tokens + 8)) * v_norm;
+  const double ds = (dk / 8.0 + 16 + query_roundoff / eps) * eps * scale * q_norm * k_norm;
+  const double weights = query_roundoff > 0 ? std::expm1(2 * ds) : 2 * ds;
+  const double attended = (weights + 2 * eps * (tokens + 8)) * v_norm;
   const double heads_norm = std::sqrt(double(shape.n_heads)) * v_norm * map_norm + bias;
   // 2-norm of the heads' error: the attend error through M, and each side's rounding of a_h M_h
   // (an entry errs by w eps |a_h| |M column|, e entries).

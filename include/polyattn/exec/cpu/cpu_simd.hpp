@@ -21,6 +21,7 @@
 #include "polyattn/core/attend.hpp"
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/exec/cpu/attend_jobs.hpp"
+#include "polyattn/exec/cpu/bf16_scores.hpp"
 
 namespace polyattn::exec {
 
@@ -47,5 +48,13 @@ class BasicCpuSimd {
 
 /// The CPU executor on the best architecture the translation unit is compiled for.
 using CpuSimd = BasicCpuSimd<xsimd::default_arch>;
+
+#if POLYATTN_HAS_BF16_SCORES
+/// The AVX-512 kernels with decode's bfloat16 scores by AVX512-BF16 dot products against a query
+/// rounded to bfloat16: a named reduced-precision policy (exec/cpu/bf16_scores.hpp says what it
+/// changes and its error bound). For a CPU known to have AVX512-BF16; DispatchCpuSimd<cpu::
+/// avx512bf16_scores> checks when the program runs.
+using CpuSimdBf16Scores = BasicCpuSimd<cpu::avx512bf16_scores>;
+#endif
 
 }  // namespace polyattn::exec

@@ -15,7 +15,9 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "polyattn/cache/cache_line.hpp"
 #include "polyattn/core/row_scales.hpp"
+#include "polyattn/exec/cpu/bf16_scores.hpp"
 #include "polyattn/exec/cpu/load_floats.hpp"
 
 namespace polyattn::exec::cpu {
@@ -570,6 +572,124 @@ constexpr int row_heads_per_block(int group) {
   return SharedKey && group % kSharedRowHeads<Arch> == 0 ? kSharedRowHeads<Arch> : kRowHeads<Arch>;
 }
 
+#if POLYATTN_HAS_BF16_SCORES
+/// One 32-element chunk of the bfloat16 dot products of score_rows_bf16_dot: acc[r][g] +=
+/// q~_g[c..c+32) . row r's key (head g's slice where the heads do not share it), `tail` the
+/// chunk's elements (a masked load reads no element past the key), `ticks` the fp32 vectors it
+/// stands for in the paced asks (score_loads_per_row counts those).
+template <int R, int NG, bool SharedKey, bool Masked, class Next>
+[[gnu::target("avx512bf16"), gnu::always_inline]] inline void dot_chunk(const std::uint16_t* qb, std::ptrdiff_t q_stride,
+                                                                        const Eigen::bfloat16* const* k, std::ptrdiff_t group_stride,
+                                                                        __mmask32 tail, int ticks, Next* next, int& asks,
+                                                                        __m512 (&acc)[R][NG]) {
+  // (A whole chunk by a plain load, which the compiler may fold into the dot product.)
+  const auto load = [tail](const Eigen::bfloat16* p) { return Masked ? _mm512_maskz_loadu_epi16(tail, p) : _mm512_loadu_si512(p); };
+  if constexpr (SharedKey) {
+    __m512i kv[R];
+    POLYATTN_UNROLL
+    for (int r = 0; r < R; ++r) {
+      kv[r] = load(k[r]);
+      for (int t = 0; t < ticks; ++t) tick_asks(next, asks);
+    }
+    POLYATTN_UNROLL
+    for (int g = 0; g < NG; ++g) {
+      const __m512bh qv = (__m512bh)_mm512_load_si512(qb + g * q_stride);
+      POLYATTN_UNROLL
+      for (int r = 0; r < R; ++r) acc[r][g] = _mm512_dpbf16_ps(acc[r][g], qv, (__m512bh)kv[r]);
+    }
+  } else {
+    POLYATTN_UNROLL
+    for (int g = 0; g < NG; ++g) {
+      const __m512bh qv = (__m512bh)_mm512_load_si512(qb + g * q_stride);
+      POLYATTN_UNROLL
+      for (int r = 0; r < R; ++r) {
+        acc[r][g] = _mm512_dpbf16_ps(acc[r][g], qv, (__m512bh)load(k[r] + g * group_stride));
+        for (int t = 0; t < ticks; ++t) tick_asks(next, asks);
+      }
+    }
+  }
+}
+
+/// score_rows for the avx512bf16_scores policy (exec/cpu/bf16_scores.hpp): scores of NG heads
+/// against bfloat16 keys by vdpbf16ps, each instruction 32 exact products of the key's bits and
+/// the head's rounded query summed into 16 fp32 lanes, then sum_each as in score_rows. `q`: the
+/// heads' scaled queries in fp32, row stride q_stride, rounded here to bfloat16 (the policy's one
+/// rounding) as they are packed into 32-element chunks (zero past the key's last element); the
+/// rows R at a time as score_rows takes them.
+template <class Arch, int NG, bool SharedKey, class Next>
+[[gnu::target("avx512bf16")]] void score_rows_bf16_dot(const float* q, std::ptrdiff_t q_stride, const KeyTile<Eigen::bfloat16, Next>& keys,
+                                                       float* scores) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  constexpr int R = SharedKey ? (NG >= 4 ? rows_per_block<Arch, NG>() : 1) : std::min(2, rows_per_block<Arch, NG>());
+  const int whole = keys.dim / 32, rest = keys.dim % 32, chunks = whole + (rest > 0);
+  const __mmask32 all = ~__mmask32(0), tail = rest ? __mmask32((1u << rest) - 1) : all;
+  const int tail_ticks = (rest + W - 1) / W;
+  // The packed queries: head g's chunk c at qb + (g * chunks + c) * 32 (vcvtne2ps2bf16: to
+  // nearest, ties to even, as round_to_bfloat16 but for elements under 2^-126, flushed to 0).
+  // Once per tile: MQA's 6 heads of 64 take 12 conversions, against 768 dot products a tile.
+  thread_local polyattn::detail::CacheLineVector<std::uint16_t> packed;
+  packed.assign(std::size_t(NG) * std::size_t(chunks) * 32, 0);
+  std::uint16_t* const qb = packed.data();
+  for (int g = 0; g < NG; ++g)
+    for (int c = 0; c < chunks; ++c) {
+      const int n = std::min(32, keys.dim - c * 32);
+      const __mmask16 lo = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+      const __mmask16 hi = n >= 32 ? __mmask16(0xffff) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
+      const float* src = q + g * q_stride + c * 32;
+      const __m512 a = _mm512_maskz_loadu_ps(lo, src), b = _mm512_maskz_loadu_ps(hi, src + 16);
+      _mm512_store_si512(qb + (std::ptrdiff_t(g) * chunks + c) * 32, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    }
+  const TileRows<Eigen::bfloat16> rows = keys.rows;  // a local copy, kept in registers (score_rows)
+  alignas(64) B partial[NG][W];
+  int asks = asks_left(keys.next);
+  for (int j0 = 0; j0 < keys.count; j0 += W) {
+    for (int jj = 0; jj < W; jj += R) {
+      const Eigen::bfloat16* k[R];
+      for (int r = 0; r < R; ++r) {  // rows past the tile repeat its last row: valid memory, scores unused
+        k[r] = rows[std::min(j0 + jj + r, keys.count - 1)];
+        if (keys.next && j0 + jj + r < keys.count) keys.next->score_step(j0 + jj + r);
+      }
+      __m512 acc[R][NG];
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < NG; ++g) acc[r][g] = _mm512_setzero_ps();
+      for (int c = 0; c < whole; ++c) {
+        const Eigen::bfloat16* kc[R];
+        for (int r = 0; r < R; ++r) kc[r] = k[r] + c * 32;
+        dot_chunk<R, NG, SharedKey, false>(qb + c * 32, std::ptrdiff_t(chunks) * 32, kc, keys.group_stride, all, 2, keys.next, asks, acc);
+      }
+      if (rest) {
+        const Eigen::bfloat16* kc[R];
+        for (int r = 0; r < R; ++r) kc[r] = k[r] + whole * 32;
+        dot_chunk<R, NG, SharedKey, true>(qb + whole * 32, std::ptrdiff_t(chunks) * 32, kc, keys.group_stride, tail, tail_ticks, keys.next,
+                                    asks, acc);
+      }
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < NG; ++g) partial[g][jj + r] = B(acc[r][g]);
+    }
+    for (int g = 0; g < NG; ++g) sum_each<Arch>(partial[g]).store_unaligned(scores + g * kTile + j0);
+  }
+  keep_asks_left(keys.next, asks);
+}
+
+/// score_tile for the avx512bf16_scores policy: every group in blocks of up to 8 heads
+/// (row_heads_per_block's, as score_rows takes them).
+template <class Arch, class Next>
+void score_tile_bf16_dot(const float* q, int group, const KeyTile<Eigen::bfloat16, Next>& keys, float* scores) {
+  const auto by_blocks = [&]<bool SharedKey>(std::bool_constant<SharedKey>) {
+    for_each_head_block(group, row_heads_per_block<Arch, SharedKey>(group), keys, [&](int g0, int heads, const KeyTile<Eigen::bfloat16, Next>& block) {
+      with_count<kSharedRowHeads<Arch>>(heads, [&](auto ng) {
+        score_rows_bf16_dot<Arch, decltype(ng)::value, SharedKey>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
+      });
+    });
+  };
+  if (keys.group_stride == 0)
+    by_blocks(std::true_type{});
+  else
+    by_blocks(std::false_type{});
+}
+#endif
+
 /// scores[g][j] for all `group` heads (queries q[group][key_dim]): keys of up to
 /// kMaxSliceVectors whole vectors (kLoneKeyVectors for one head's own key) by score_slices (head
 /// slices, or a key the heads share), in blocks of kSliceHeads heads, else in blocks of
@@ -579,7 +699,7 @@ constexpr int row_heads_per_block(int group) {
 /// reloaded for every row, MHA's score pass took 1.5-1.6x as long with its tile in L1 or L2 (key
 /// dim 64, f32 and f16, one core; bench_decode_tile).
 template <class Arch, class T, class Next>
-void score_tile(const float* q, int group, const KeyTile<T, Next>& keys, float* scores) {
+void score_tile_fp32(const float* q, int group, const KeyTile<T, Next>& keys, float* scores) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   if constexpr (kLoneKeyVectors<Arch> > kMaxSliceVectors)
     if (group == 1 && keys.group_stride == 0 && keys.dim == kLoneKeyVectors<Arch> * W)
@@ -610,6 +730,17 @@ void score_tile(const float* q, int group, const KeyTile<T, Next>& keys, float* 
     by_row_blocks(std::true_type{});
   else
     by_row_blocks(std::false_type{});
+}
+
+/// scores[g][j] for all `group` heads of a tile: score_tile_fp32, or for the bfloat16 keys the
+/// avx512bf16_scores policy takes (bf16_dot_key) score_tile_bf16_dot.
+template <class Arch, class T, class Next>
+void score_tile(const float* q, int group, const KeyTile<T, Next>& keys, float* scores) {
+#if POLYATTN_HAS_BF16_SCORES
+  if constexpr (bf16_dot_scores<Arch, T>())
+    if (bf16_dot_key(keys.dim)) return score_tile_bf16_dot<Arch>(q, group, keys, scores);
+#endif
+  score_tile_fp32<Arch>(q, group, keys, scores);
 }
 
 /// Vector loads of each row of a tile in score_tile's pass that asks for the next tile (its

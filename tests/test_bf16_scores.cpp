@@ -1,0 +1,160 @@
+// The avx512bf16_scores policy (exec/cpu/bf16_scores.hpp, exec::CpuSimdBf16Scores) over bfloat16
+// caches, against exec::Reference over the same cache:
+//  - Mha, Gqa<2>, Mqa on Hnd, Nhd and Paged<16>, head dims 17 and 72 (tails of a 32-element
+//    chunk), and 64, which the policy leaves to the default pass (bf16_dot_key: there q' = q),
+//    NaN-poisoned unused capacity, ragged sequences (one split across the threads):
+//    - decode, tightly: against Reference given the query the policy scores with, q' =
+//      bfloat16(q s) / s (s the softmax scale, in float as the variant folds it), within the fp32
+//      bound (the products of two bfloat16 are exact, so the rounding is the only change), plus
+//      the few ulps of forming q' and scaling it again;
+//    - decode and prefill against Reference given q itself, within the policy's derived bound:
+//      each score moves by at most 2^-8 s sum_i |q_i k_i| <= 2^-8 sqrt(dk) (entries in [-1, 1]),
+//      the output, a convex combination of values in [-1, 1], by exp(2 ds) - 1 more;
+//  - SlimK2 and XCache on Hnd and Paged<16>: a converted layer, executor_tolerance with the
+//    query's rounding (2^-8).
+// And DispatchCpuSimd<cpu::avx512bf16_scores> runs the policy exactly where the CPU has
+// AVX512-BF16. On a CPU without it the tests say so and pass nothing else (the kernels would
+// fault); a build without AVX-512 has no policy to test.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <random>
+#include <vector>
+
+#include <polyattn/convert/x_cache.hpp>
+#include <polyattn/exec/cpu/dispatch_cpu_simd.hpp>
+#include <polyattn/polyattn.hpp>
+#include <polyattn/variants/slim_k.hpp>
+#include <polyattn/variants/x_cache.hpp>
+
+#include "support/combos.hpp"
+#include "support/dense_oracle.hpp"
+#include "support/executor_tolerance.hpp"
+#include "support/mha_layer.hpp"
+
+#if POLYATTN_HAS_BF16_SCORES
+
+using namespace polyattn;
+using namespace polyattn::testing;
+using bf16 = Eigen::bfloat16;
+using Policy = exec::CpuSimdBf16Scores;
+
+namespace {
+
+bool cpu_has_policy() {
+  if (exec::cpu::cpu_runs_avx512bf16()) return true;
+  MESSAGE("this CPU has no AVX512-BF16: the bfloat16 scores policy is not run");
+  return false;
+}
+
+/// The query Reference is given so that it scores with the policy's: bfloat16(q s) / s.
+RowMatrixXf policy_query(const RowMatrixXf& q, float s) {
+  return q.unaryExpr([s](float x) { return exec::cpu::round_to_bfloat16(x * s) / s; });
+}
+
+template <class V, class L>
+void check_kv_sharing_variant(int head_dim) {
+  const AttentionShape shape{6, head_dim};
+  const int kv_width = V::kv_heads(shape) * head_dim, q_width = shape.query_width();
+  const float s = float(1.0 / std::sqrt(double(head_dim)));
+  const bool rounds = exec::cpu::bf16_dot_key(head_dim);
+  const CacheConfig cache{.max_sequences = 3, .capacity = 310, .poison_unused = true};
+  Attention<V, L, Policy, bf16> policy(shape, cache, {}, 2);
+  // Two Reference layers over the same history (the same keys and values): one is given q' at
+  // decode, the other q.
+  Attention<V, L, exec::Reference, bf16> ref(shape, cache, {}, 2), ref_plain(shape, cache, {}, 2);
+  std::mt19937 rng(7 + head_dim);
+  // Tight: the fp32 bound; q' costs each query element 2 roundings (q~ / s, and s again inside).
+  const double tight = fp32_attention_tolerance(head_dim, 303) + 2 * (2 * 0x1p-24 * std::sqrt(double(head_dim)));
+  // Against q itself: ds <= 2^-8 s sum |q k| <= 2^-8 sqrt(dk) on top of the fp32 error.
+  const double ds = 0x1p-8 * std::sqrt(double(head_dim)) * (1 + 0x1p-20);
+  const double loose = fp32_attention_tolerance(head_dim, 303) + std::expm1(2 * ds);
+  INFO(decltype(policy)::name(), ", head_dim ", head_dim);
+  std::vector<int> seqs;
+  double prefill_diff = 0;
+  for (int length : {300, 1, 13}) {  // 300: split across the two threads
+    seqs.push_back(policy.open_sequence());
+    CHECK(ref.open_sequence() == seqs.back());
+    CHECK(ref_plain.open_sequence() == seqs.back());
+    const RowMatrixXf q = random_matrix(length, q_width, rng), k = random_matrix(length, kv_width, rng),
+                      v = random_matrix(length, kv_width, rng);
+    RowMatrixXf got(length, q_width), want(length, q_width);
+    policy.prefill(seqs.back(), q, {k, v}, Mask::causal, got);
+    ref.prefill(seqs.back(), q, {k, v}, Mask::causal, want);
+    ref_plain.prefill(seqs.back(), q, {k, v}, Mask::causal, want);
+    prefill_diff = std::max(prefill_diff, max_abs_diff(got, want));
+  }
+  CHECK(prefill_diff <= loose);
+  std::reverse(seqs.begin(), seqs.end());
+  double tight_diff = 0, loose_diff = 0, moved = 0;
+  for (int step = 0; step < 3; ++step) {
+    const RowMatrixXf q = random_matrix(3, q_width, rng), k = random_matrix(3, kv_width, rng), v = random_matrix(3, kv_width, rng);
+    RowMatrixXf got(3, q_width), want(3, q_width), plain(3, q_width);
+    policy.decode(seqs, q, {k, v}, got);
+    ref.decode(seqs, rounds ? policy_query(q, s) : q, {k, v}, want);
+    ref_plain.decode(seqs, q, {k, v}, plain);
+    tight_diff = std::max(tight_diff, max_abs_diff(got, want));
+    loose_diff = std::max(loose_diff, max_abs_diff(got, plain));
+    moved = std::max(moved, max_abs_diff(want, plain));
+  }
+  CHECK(tight_diff <= tight);
+  CHECK(loose_diff <= loose);
+  // The rounding is there to see: the two References differ by more than the tight bound, so a
+  // policy that did not round the query (or scored with another) would fail the tight check. At
+  // 64 the policy keeps the default pass (bf16_dot_key): no rounding, the fp32 bound.
+  if (rounds)
+    CHECK(moved > tight);
+  else
+    CHECK(moved == 0);
+  MESSAGE(decltype(policy)::name(), ", head_dim ", head_dim, ": policy vs Reference(q') ", tight_diff, " (bound ", tight, "); vs Reference(q) ",
+          loose_diff, " (bound ", loose, "; the rounding alone moves ", moved, ")");
+}
+
+template <class V, class L>
+void check_converted_variant() {
+  const AttentionShape shape{6, 20};  // input width 120 (3 chunks of 32 and 24), heads of 20 (a chunk's tail)
+  std::mt19937 rng(23);
+  LayerModel m;
+  m.shape = shape;
+  m.mha = random_mha_weights(shape.input_width(), shape.query_width(), 10.0, rng);
+  m.slim = convert_to_slim_k(m.mha, {});
+  m.xcache = make_x_cache_params(m.mha, shape);
+  const Script s = Script::random(shape.input_width(), rng, 4, 0.0, 1);
+  Attention<V, L, Policy, bf16> policy(shape, script_cache(), params_for<V>(m), 2);
+  Attention<V, L, exec::Reference, bf16> ref(shape, script_cache(), params_for<V>(m), 2);
+  // The key and value norms are measured on the unrounded rows: bfloat16 grows them by 1 + 2^-8.
+  const double growth = 1 + 0x1p-8;
+  const double tol = executor_tolerance<V>(m, s, script_cache().capacity, 0x1p-8) * growth * growth;
+  INFO(decltype(policy)::name());
+  CHECK(max_abs_diff(run_script(policy, m, s), run_script(ref, m, s)) <= tol);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("bfloat16 scores: Mha, Gqa and Mqa decode as Reference with the rounded query, and within the derived bound of the unrounded one",
+                   C, Combo<Mha, Hnd, Policy, bf16>, Combo<Mha, Nhd, Policy, bf16>, Combo<Mha, Paged<16>, Policy, bf16>,
+                   Combo<Gqa<2>, Hnd, Policy, bf16>, Combo<Gqa<2>, Paged<16>, Policy, bf16>, Combo<Mqa, Hnd, Policy, bf16>,
+                   Combo<Mqa, Nhd, Policy, bf16>, Combo<Mqa, Paged<16>, Policy, bf16>) {
+  if (!cpu_has_policy()) return;
+  for (int head_dim : {17, 64, 72}) check_kv_sharing_variant<typename C::variant, typename C::layout>(head_dim);
+}
+
+TEST_CASE_TEMPLATE("bfloat16 scores: SlimK2 and XCache within executor_tolerance with the query's rounding", C,
+                   Combo<SlimK2, Hnd, Policy, bf16>, Combo<SlimK2, Paged<16>, Policy, bf16>, Combo<XCache, Hnd, Policy, bf16>,
+                   Combo<XCache, Paged<16>, Policy, bf16>) {
+  if (!cpu_has_policy()) return;
+  check_converted_variant<typename C::variant, typename C::layout>();
+}
+
+TEST_CASE("bfloat16 scores: DispatchCpuSimd runs the policy exactly where the CPU has AVX512-BF16") {
+  const exec::DispatchCpuSimd<exec::cpu::avx512bf16_scores> dispatch(2);
+  CHECK(dispatch.uses_arch() == exec::cpu::cpu_runs_avx512bf16());
+  CHECK(exec::DispatchCpuSimd<exec::cpu::avx512bf16_scores>::name() == std::string("cpu/avx512bw+bf16_scores|") + xsimd::default_arch::name());
+  CHECK(Policy::name() == "cpu/avx512bw+bf16_scores");
+}
+
+#else
+TEST_CASE("bfloat16 scores: not built (the policy needs a build for AVX-512)") { MESSAGE("this build has no AVX-512: nothing to test"); }
+#endif
