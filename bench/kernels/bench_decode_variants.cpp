@@ -7,9 +7,11 @@
 // probe and an FMA-throughput probe, both on every core. A case whose cache would exceed 16 GiB
 // is skipped. Compare variants as ratios within one run; no time is asserted. On an AVX-512 build
 // the f32 Hnd cases also run on the AVX2 kernels (BM_DecodeVariant<..., BasicCpuSimd<fma3<avx2>>>,
-// labelled .../cpu/fma3+avx2): what a CPU without AVX-512 runs, on the same memory.
+// labelled .../cpu/fma3+avx2): what a CPU without AVX-512 runs, on the same memory, and XCache's
+// bfloat16 cases under the bfloat16 scores policy (below).
 #include <benchmark/benchmark.h>
 
+#include <polyattn/exec/cpu/dispatch_cpu_simd.hpp>
 #include <polyattn/polyattn.hpp>
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
@@ -47,6 +49,18 @@ BENCHMARK(BM_DecodeVariant<polyattn::Gqa<2>, polyattn::Hnd, float, Avx2Kernels>)
 BENCHMARK(BM_DecodeVariant<polyattn::Mqa, polyattn::Hnd, float, Avx2Kernels>)->Apply(DecodeShapes);
 BENCHMARK(BM_DecodeVariant<polyattn::SlimK2, polyattn::Hnd, float, Avx2Kernels>)->Apply(DecodeShapes);
 BENCHMARK(BM_DecodeVariant<polyattn::XCache, polyattn::Hnd, float, Avx2Kernels>)->Apply(DecodeShapes);
+#endif
+
+#if POLYATTN_HAS_BF16_SCORES
+// XCache's bfloat16 cases again under the named reduced-precision policy (exec/cpu/bf16_scores.hpp:
+// decode's scores by vdpbf16ps against the query rounded to bfloat16), labelled
+// .../cpu/avx512bw+bf16_scores|... ran <kernels>: where the CPU has no AVX512-BF16 the dispatch runs
+// the default kernels and the label says so. Its multiply-adds are counted as the default's. The
+// other variants' keys here are of 64 elements, which the policy leaves to the default pass.
+using Bf16Scores = polyattn::exec::DispatchCpuSimd<polyattn::exec::cpu::avx512bf16_scores>;
+BENCHMARK(BM_DecodeVariant<polyattn::XCache, polyattn::Hnd, Eigen::bfloat16, Bf16Scores>)->Apply(DecodeShapes);
+BENCHMARK(BM_DecodeVariant<polyattn::XCache, polyattn::Nhd, Eigen::bfloat16, Bf16Scores>)->Apply(DecodeShapes);
+BENCHMARK(BM_DecodeVariant<polyattn::XCache, polyattn::Paged<16>, Eigen::bfloat16, Bf16Scores>)->Apply(DecodeShapes);
 #endif
 
 int main(int argc, char** argv) { return polyattn::bench::run_roofline_benchmarks(argc, argv); }
