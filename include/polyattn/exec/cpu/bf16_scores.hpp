@@ -1,7 +1,8 @@
 // A named reduced-precision policy for the CPU executor: avx512bf16_scores, the AVX-512 kernels
 // (xsimd::avx512bw) with one change, in decode's score pass over bfloat16 keys wider than 64
-// elements or not a whole number of 16 (bf16_dot_key: XCache's and MLA's shared rows). There the query,
-// already scaled, is rounded to bfloat16 (vcvtne2ps2bf16, as the pass packs it: the same rounding
+// elements or not a whole number of 16 (bf16_dot_key; at Whisper tiny's shapes XCache's shared
+// rows of 384). Tested for Mha, Gqa, Mqa, SlimK2 and XCache; not yet for Mla and Mtla. There the
+// query, already scaled, is rounded to bfloat16 (vcvtne2ps2bf16, as the pass packs it: the same rounding
 // in every tile) and the dot products with the key rows are taken by AVX512-BF16's vdpbf16ps, 32
 // products per instruction, straight from the cached bits (score_rows_bf16_dot in
 // decode_tile.hpp). Everything else is the default kernels': fp32 products and sums, the value
@@ -24,12 +25,11 @@
 //
 // Why only the scores: there the query is one vector for the whole step, so one rounding halves
 // the score pass's multiply-add instructions and drops its conversions. The value pass would have
-// to round every weight and interleave two rows' elements per instruction. What it wins is the
-// score pass of a wide key shared by many heads: on an AMD EPYC Zen 4 (one core, bench_decode_tile,
-// tile in L1 or L2) XCache's took 0.61-0.74x the default's time; MQA's (6 heads of 64, whose
-// default keeps its queries in registers) 0.8-1.4x, within that VM's noise; MHA's 1.1-1.5x with
-// its tile near (its query chunks are loaded, not held), 0.88-1.07x from DRAM. Whole decode steps:
-// the decode log (bench/results/cpu_decode_variants/README.md).
+// to round every weight and interleave two rows' elements per instruction. Measured on an AMD
+// EPYC Zen 4 VM (2 threads, L 65536, batch 16, bench_decode_variants, 3 repetitions each; the
+// decode log, bench/results/cpu_decode_variants/README.md): XCache's decode step took 0.77-0.90x
+// the default's time on Hnd, Nhd and Paged<16>. Keys of 64 (MHA, GQA<2>, MQA, SlimK2's slices)
+// took 1.1-1.3x (0.86-1.04x for SlimK2) before bf16_dot_key left them to the default pass.
 //
 // The kernels are compiled with a target attribute ("avx512bf16"), so any translation unit built
 // for AVX-512 (x86-64-v4) holds them; they run only where cpu_runs_avx512bf16() says the CPU has
