@@ -145,9 +145,9 @@ void check_arch() {
 #if POLYATTN_HAS_BF16_SCORES
 /// The bfloat16 scores policy's score pass (score_rows_bf16_dot: 32-element chunks, a masked tail,
 /// R rows at a time) over bfloat16 keys: the same checks, its queries rounded first where it
-/// takes the key (bf16_dot_key: 20, 72, 120, 384; 16-64 keep the default pass). Its products
-/// are exact and its lanes add dim / 16 of them before sum_each's 4 levels, inside dim u sum|q k|
-/// for every dim checked (16: 1 + 4 additions).
+/// takes the key (bf16_dot_key: 20, 72, 120, 384; 16, 32 and 64 keep the default pass). Its
+/// products are exact and each lane adds 2 ceil(dim / 32) of them before sum_each's 4 levels,
+/// inside dim u sum|q k| for every dim checked.
 void check_bf16_scores_arch() {
   using Arch = polyattn::exec::cpu::avx512bf16_scores;
   for (const bool shared : {true, false})
@@ -362,6 +362,11 @@ TEST_CASE("each pass ticks the next tile's asks once per vector load of a row") 
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
   SUBCASE("AVX-512") { check_ticks<xsimd::avx512bw, float>(), check_ticks<xsimd::avx512bw, Eigen::bfloat16>(); }
+#endif
+#if POLYATTN_HAS_BF16_SCORES
+  SUBCASE("AVX-512, bfloat16 scores") {  // its own score pass at dim 72 and 384 (bf16_dot_key)
+    if (polyattn::exec::cpu::cpu_runs_avx512bf16()) check_ticks<polyattn::exec::cpu::avx512bf16_scores, Eigen::bfloat16>();
+  }
 #endif
 }
 

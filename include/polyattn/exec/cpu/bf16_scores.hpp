@@ -12,7 +12,8 @@
 // What it changes, and the bound the tests check (tests/test_bf16_scores.cpp):
 //  - The query: q~ = bfloat16(q), |q~_i - q_i| <= 2^-8 |q_i| (round to nearest even, 8 significant
 //    bits; bfloat16 has fp32's exponent range, so no overflow; an element under 2^-126 is
-//    flushed to 0 by the conversion and by vdpbf16ps, an error under 2^-126 times the key's).
+//    flushed to 0 by the conversion and by vdpbf16ps, an error under 2^-126 times the key's;
+//    vdpbf16ps flushes subnormal key elements and partial sums too, errors under 2^-126 each).
 //  - The products q~_i k_i of two bfloat16 are exact in fp32 (8 x 8 significant bits); vdpbf16ps
 //    adds them into fp32 lanes, two a lane per instruction, rounding each sum: the same fp32
 //    summation error as the default kernels, over a different order.
@@ -27,9 +28,10 @@
 // the score pass's multiply-add instructions and drops its conversions. The value pass would have
 // to round every weight and interleave two rows' elements per instruction. Measured on an AMD
 // EPYC Zen 4 VM (2 threads, L 65536, batch 16, bench_decode_variants, 3 repetitions each; the
-// decode log, bench/results/cpu_decode_variants/README.md): XCache's decode step took 0.77-0.90x
+// decode log, bench/results/cpu_decode_variants/README.md): XCache's decode step took 0.77-0.85x
 // the default's time on Hnd, Nhd and Paged<16>. Keys of 64 (MHA, GQA<2>, MQA, SlimK2's slices)
-// took 1.1-1.3x (0.86-1.04x for SlimK2) before bf16_dot_key left them to the default pass.
+// took 0.92-1.29x, mostly over 1.1 (SlimK2 0.86-1.04x), before bf16_dot_key left them to the
+// default pass.
 //
 // The kernels are compiled with a target attribute ("avx512bf16"), so any translation unit built
 // for AVX-512 (x86-64-v4) holds them; they run only where cpu_runs_avx512bf16() says the CPU has
@@ -91,7 +93,8 @@ constexpr bool bf16_dot_scores() {
 /// slice) by vdpbf16ps: every key but those of 1-4 whole vectors of 16, which the default pass
 /// scores with its queries held in registers (score_slices), and which keep it, unrounded. The
 /// bfloat16 pass loads its query chunks for every block of rows; at 64 elements (MHA, GQA<2>, MQA:
-/// 6 heads of 64) it took 1.1-1.3x the default's time per decode step (Zen 4, L 65536, batch 16).
+/// 6 heads of 64) it took 0.92-1.29x the default's time per decode step, 1.10 or more in 8 of 9
+/// cases (Zen 4, L 65536, batch 16).
 constexpr bool bf16_dot_key(int key_dim) { return !(key_dim % 16 == 0 && key_dim / 16 <= 4); }
 
 /// x rounded to the nearest bfloat16 (ties to even), as a float: the query the policy scores with
