@@ -11,7 +11,8 @@
 //      each score moves by at most 2^-8 s sum_i |q_i k_i| <= 2^-8 sqrt(dk) (entries in [-1, 1]),
 //      the output, a convex combination of values in [-1, 1], by exp(2 ds) - 1 more;
 //  - SlimK2 and XCache on Hnd and Paged<16>: a converted layer, executor_tolerance with the
-//    query's rounding (2^-8).
+//    query's rounding (2^-8), and outputs that differ from the default AVX-512 kernels' (so the
+//    bfloat16 pass ran: it is their only difference).
 // And DispatchCpuSimd<cpu::avx512bf16_scores> runs the policy exactly where the CPU has
 // AVX512-BF16. On a CPU without it the tests say so and pass nothing else (the kernels would
 // fault); a build without AVX-512 has no policy to test.
@@ -40,6 +41,10 @@ using namespace polyattn;
 using namespace polyattn::testing;
 using bf16 = Eigen::bfloat16;
 using Policy = exec::CpuSimdBf16Scores;
+
+// The keys the policy takes, as documented: every key but those of 1-4 whole vectors of 16.
+static_assert(exec::cpu::bf16_dot_key(17) && exec::cpu::bf16_dot_key(72) && exec::cpu::bf16_dot_key(120) && exec::cpu::bf16_dot_key(384) &&
+              !exec::cpu::bf16_dot_key(16) && !exec::cpu::bf16_dot_key(48) && !exec::cpu::bf16_dot_key(64));
 
 namespace {
 
@@ -116,19 +121,21 @@ template <class V, class L>
 void check_converted_variant() {
   const AttentionShape shape{6, 20};  // input width 120 (3 chunks of 32 and 24), heads of 20 (a chunk's tail)
   std::mt19937 rng(23);
-  LayerModel m;
-  m.shape = shape;
-  m.mha = random_mha_weights(shape.input_width(), shape.query_width(), 10.0, rng);
-  m.slim = convert_to_slim_k(m.mha, {});
-  m.xcache = make_x_cache_params(m.mha, shape);
+  const LayerModel m = random_layer_model(shape, 10.0, rng);
   const Script s = Script::random(shape.input_width(), rng, 4, 0.0, 1);
   Attention<V, L, Policy, bf16> policy(shape, script_cache(), params_for<V>(m), 2);
   Attention<V, L, exec::Reference, bf16> ref(shape, script_cache(), params_for<V>(m), 2);
   // The key and value norms are measured on the unrounded rows: bfloat16 grows them by 1 + 2^-8.
   const double growth = 1 + 0x1p-8;
   const double tol = executor_tolerance<V>(m, s, script_cache().capacity, 0x1p-8) * growth * growth;
+  // The default AVX-512 kernels over the same cache: the policy is those kernels but for the
+  // bfloat16 score pass, and both are deterministic (the same split over the threads, the same
+  // order of sums), so their outputs differ only if that pass ran.
+  Attention<V, L, exec::BasicCpuSimd<xsimd::avx512bw>, bf16> fp32(shape, script_cache(), params_for<V>(m), 2);
   INFO(decltype(policy)::name());
-  CHECK(max_abs_diff(run_script(policy, m, s), run_script(ref, m, s)) <= tol);
+  const RowMatrixXf got = run_script(policy, m, s);
+  CHECK(max_abs_diff(got, run_script(ref, m, s)) <= tol);
+  CHECK(max_abs_diff(got, run_script(fp32, m, s)) > 0);
 }
 
 }  // namespace

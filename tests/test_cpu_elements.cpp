@@ -99,11 +99,7 @@ template <class V, class L, class T, class E>
 void check_converted_variant() {
   const AttentionShape shape{6, 20};  // input width 120, heads of 20: neither a multiple of 16
   std::mt19937 rng(23);
-  LayerModel m;
-  m.shape = shape;
-  m.mha = random_mha_weights(shape.input_width(), shape.query_width(), 10.0, rng);
-  m.slim = convert_to_slim_k(m.mha, {});
-  m.xcache = make_x_cache_params(m.mha, shape);
+  const LayerModel m = random_layer_model(shape, 10.0, rng);
   const Script s = Script::random(shape.input_width(), rng, 4, 0.0, 1);  // sequence b: one token
   Attention<V, L, E, T> cpu(shape, script_cache(), params_for<V>(m), 2);
   Attention<V, L, exec::Reference, T> ref(shape, script_cache(), params_for<V>(m), 2);

@@ -3,10 +3,12 @@
 // library built for x86-64-v4 (support/dispatch_kernels_avx512.cpp). On a CPU with AVX-512 the
 // executor runs those, elsewhere the AVX2 kernels compiled here; refused, it runs the AVX2 ones
 // anywhere. Either way Mha, Gqa<4> and Mqa on every layout meet the dense oracle (the equivalence
-// scenarios), and the 16-bit caches meet it over their rounded rows.
+// scenarios), and the 16-bit caches meet it over their rounded rows. The bfloat16 scores policy
+// is named here too, and runs exactly where the CPU has AVX512-BF16.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN  // doctest's main compiled here too: nothing in this program is built for more than x86-64-v3
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -71,4 +73,45 @@ void check_16_bit_cache() {
 TEST_CASE_TEMPLATE("dispatch: 16-bit caches match the dense oracle over their rounded rows", A, dispatch::MhaHndHalf, dispatch::Gqa4NhdBf16,
                    OnFallback<dispatch::MhaHndHalf>, OnFallback<dispatch::Gqa4NhdBf16>) {
   check_16_bit_cache<A>();
+}
+
+/// The bfloat16 scores policy named by this x86-64-v3 program (DispatchCpuSimd<cpu::
+/// avx512bf16_scores>, its kernels in the x86-64-v4 library): where the CPU has AVX512-BF16 it
+/// runs them and its decode rows meet the dense oracle given the query the policy scores with,
+/// q' = bfloat16(q s) / s, within the fp32 bound (tests/test_bf16_scores.cpp derives it), a
+/// bound the rounding alone exceeds; elsewhere it runs the AVX2 kernels, fp32, within the fp32
+/// bound of q itself. Head dim 72: a key the policy scores by vdpbf16ps (bf16_dot_key).
+template <class A>
+void check_named_policy() {
+  using T = typename A::value_type;
+  const polyattn::AttentionShape shape{8, 72};
+  const int group = 8 / A::variant_type::kv_heads(shape), kv = A::variant_type::kv_heads(shape) * shape.head_dim, n = 300, first_decoded = 9;
+  std::mt19937 rng(11);
+  const polyattn::RowMatrixXf q = polyattn::testing::random_matrix(n, 8 * 72, rng), k = polyattn::testing::random_matrix(n, kv, rng),
+                              v = polyattn::testing::random_matrix(n, kv, rng);
+  A attn(shape, {.max_sequences = 1, .capacity = n + 5, .poison_unused = true}, {}, 2);
+  const bool policy = polyattn::exec::cpu::cpu_runs<xsimd::avx512bw>() && polyattn::exec::cpu::cpu_runs_avx512bf16();
+  CHECK(attn.executor().uses_arch() == policy);
+  CHECK(attn.executor().kernels() == (policy ? "avx512bw+bf16_scores" : "fma3+avx2"));
+  const polyattn::RowMatrixXf y = polyattn::testing::prefill_then_decode(attn, q, k, v);
+  const polyattn::RowMatrixXf kr = polyattn::testing::rounded<T>(k), vr = polyattn::testing::rounded<T>(v);
+  const polyattn::RowMatrixXf plain = polyattn::testing::dense_attention(q, kr, vr, 8, group, true, 0);
+  const float s = float(1.0 / std::sqrt(72.0));
+  const polyattn::RowMatrixXf q_policy = q.unaryExpr([s](float x) { return polyattn::exec::cpu::round_to_bfloat16(x * s) / s; });
+  const polyattn::RowMatrixXf rounded_query = polyattn::testing::dense_attention(q_policy, kr, vr, 8, group, true, 0);
+  const double fp32 = polyattn::testing::fp32_attention_tolerance(72, n);
+  const double tight = fp32 + 2 * (2 * 0x1p-24 * std::sqrt(72.0));  // q' costs two roundings more
+  const auto decoded = [&](const polyattn::RowMatrixXf& m) { return m.bottomRows(n - first_decoded); };
+  INFO(A::name(), " on ", attn.executor().kernels());
+  if (policy) {
+    CHECK(polyattn::testing::max_abs_diff(decoded(y), decoded(rounded_query)) <= tight);
+    CHECK(polyattn::testing::max_abs_diff(decoded(plain), decoded(rounded_query)) > tight);  // the rounding is there to see
+  } else {
+    CHECK(polyattn::testing::max_abs_diff(y, plain) <= fp32);
+  }
+}
+
+TEST_CASE_TEMPLATE("dispatch: the bfloat16 scores policy, named by an x86-64-v3 program, runs where the CPU has AVX512-BF16", A,
+                   dispatch::MhaHndBf16Scores, dispatch::Gqa2Paged16Bf16Scores) {
+  check_named_policy<A>();
 }

@@ -34,12 +34,7 @@ TEST_CASE_TEMPLATE_DEFINE("CpuSimd matches Reference over Nhd, Hnd and Paged lay
     const AttentionShape shape{6, head_dim};
     std::mt19937 rng(17 + head_dim);
     const bool rope = V::name().find("rope") != std::string::npos;
-    LayerModel m;
-    m.shape = shape;
-    m.mha = random_mha_weights(shape.input_width(), shape.query_width(), 10.0, rng);
-    if (rope) m.mha.b_k.resize(0);
-    m.slim = convert_to_slim_k(m.mha, {.rope = rope});
-    m.xcache = make_x_cache_params(m.mha, shape);
+    const LayerModel m = random_layer_model(shape, 10.0, rng, rope);
     const Script s = Script::random(shape.input_width(), rng, 4, rope ? 500.0 : 0.0);
     const RowMatrixXf ref = run_variant<V, exec::Reference, Nhd>(m, s);
     // The executors differ by the fp32 attend error: fp32_attention_tolerance(key width, tokens)

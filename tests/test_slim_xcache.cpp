@@ -25,15 +25,6 @@ namespace {
 
 constexpr double kEps = 0x1p-24;  // fp32 unit roundoff
 
-LayerModel make_model(AttentionShape shape, double cond_k, std::mt19937& rng, bool rope = false) {
-  LayerModel m;
-  m.shape = shape;
-  m.mha = random_mha_weights(shape.input_width(), shape.query_width(), cond_k, rng, /*biases=*/true);
-  if (rope) m.mha.b_k.resize(0);  // RoPE models: no key bias (the conversion refuses one)
-  if (shape.query_width() >= shape.input_width()) m.slim = convert_to_slim_k(m.mha, {.rope = rope});
-  m.xcache = make_x_cache_params(m.mha, shape);
-  return m;
-}
 
 /// First-order bound on |y_slim - y_mha| from computing V from K in fp32: the keys carry a
 /// relative rounding error ~eps (x W_k in fp32) and W_kv one of eps per entry; both reach V
@@ -65,7 +56,7 @@ TEST_CASE("SlimK options 1 and 2 match MHA, with an error that follows cond(W_k)
   int i = 0;
   for (double cond : {1e1, 1e3, 1e5}) {
     std::mt19937 rng(42);
-    const LayerModel m = make_model(shape, cond, rng);
+    const LayerModel m = random_layer_model(shape, cond, rng);
     const Script s = Script::random(96, rng);
     const RowMatrixXf y_mha = run_variant<Mha>(m, s);
     const RowMatrixXf y1 = run_variant<SlimK1>(m, s), y2 = run_variant<SlimK2>(m, s);
@@ -88,7 +79,7 @@ TEST_CASE("SlimK options 1 and 2 match MHA, with an error that follows cond(W_k)
 TEST_CASE("SlimK with a non-square W_k (e > d) uses the right inverse and matches MHA") {
   const AttentionShape shape{4, 16, 48};  // d = 48, e = 64
   std::mt19937 rng(7);
-  const LayerModel m = make_model(shape, 100.0, rng);
+  const LayerModel m = random_layer_model(shape, 100.0, rng);
   CHECK(m.slim.report.right_inverse);
   CHECK(m.slim.w_kv.rows() == 64);
   const Script s = Script::random(48, rng);
@@ -102,7 +93,7 @@ TEST_CASE("SlimK with a non-square W_k (e > d) uses the right inverse and matche
 TEST_CASE("SlimK with RoPE: raw keys cached, rotated after reading, equals MHA with rotated keys") {
   const AttentionShape shape{4, 16};  // a RoPE model shape: d = e = 64, no key bias
   std::mt19937 rng(11);
-  const LayerModel m = make_model(shape, 30.0, rng, /*rope=*/true);
+  const LayerModel m = random_layer_model(shape, 30.0, rng, /*rope=*/true);
   const Script s = Script::random(64, rng, 4, /*rope_base=*/10000.0);
   const RowMatrixXf y_mha = run_variant<Mha>(m, s);
   const double tol = conversion_tolerance(m, s, y_mha.cwiseAbs().maxCoeff());
@@ -136,7 +127,7 @@ TEST_CASE("RoPE round trip: decoding undoes encoding, and scores depend on relat
 TEST_CASE("XCache matches MHA on both query paths, for square and non-square W_k") {
   for (AttentionShape shape : {AttentionShape{6, 16}, AttentionShape{4, 16, 24}, AttentionShape{2, 32, 96}}) {
     std::mt19937 rng(5);
-    const LayerModel base = make_model(shape, 1e3, rng);
+    const LayerModel base = random_layer_model(shape, 1e3, rng);
     const Script s = Script::random(shape.input_width(), rng);
     const RowMatrixXf y_mha = run_variant<Mha>(base, s);
     for (auto path : {XCache::QueryPath::projected, XCache::QueryPath::fused}) {
@@ -165,7 +156,7 @@ TEST_CASE("cache sizes per token: slim is half of MHA, the X-cache is d") {
 
 TEST_CASE("SlimK and XCache: calls with zero rows change nothing, on every host executor") {
   std::mt19937 rng(11);
-  const LayerModel m = make_model({6, 16}, 1e2, rng);
+  const LayerModel m = random_layer_model({6, 16}, 1e2, rng);
   const auto check = [&]<class V, class E>() {
     Attention<V, Hnd, E> attn(m.shape, script_cache(), params_for<V>(m), 2);
     const int row_width = std::is_same_v<V, XCache> ? m.shape.input_width() : m.shape.query_width();

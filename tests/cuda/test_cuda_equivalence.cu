@@ -96,11 +96,7 @@ TEST_CASE_TEMPLATE("cuda: SlimK2 and XCache on converted layers match the Refere
       for (int length_b : {7, 1}) {
         const AttentionShape shape{6, head_dim};
         std::mt19937 rng(17 + head_dim);
-        LayerModel m;
-        m.shape = shape;
-        m.mha = random_mha_weights(shape.input_width(), shape.query_width(), cond, rng);
-        m.slim = convert_to_slim_k(m.mha);
-        m.xcache = make_x_cache_params(m.mha, shape);
+        const LayerModel m = random_layer_model(shape, cond, rng);
         const Script s = Script::random(shape.input_width(), rng, 4, 0.0, length_b);
         Attention<V, Nhd, exec::Reference> ref(shape, script_cache(), params_for<V>(m));
         Attention<V, L, exec::Cuda> cuda(shape, script_cache(), params_for<V>(m));
@@ -137,11 +133,7 @@ template <class V, class T>
 void check_16_bit_layer() {
   const AttentionShape shape{6, 16};
   std::mt19937 rng(23);
-  LayerModel m;
-  m.shape = shape;
-  m.mha = random_mha_weights(shape.input_width(), shape.query_width(), 100.0, rng);
-  m.slim = convert_to_slim_k(m.mha);
-  m.xcache = make_x_cache_params(m.mha, shape);
+  const LayerModel m = random_layer_model(shape, 100.0, rng);
   const Script s = Script::random(shape.input_width(), rng, 4, 0.0, 7);
   Attention<V, Nhd, exec::Reference, T> ref(shape, script_cache(), params_for<V>(m));
   Attention<V, Hnd, exec::Cuda, T> cuda(shape, script_cache(), params_for<V>(m));

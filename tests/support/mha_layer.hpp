@@ -11,6 +11,7 @@
 #include <polyattn/attention.hpp>
 #include <polyattn/convert/mha_weights.hpp>
 #include <polyattn/convert/slim_k.hpp>
+#include <polyattn/convert/x_cache.hpp>
 #include <polyattn/core/rope.hpp>
 #include <polyattn/variants/mha_gqa.hpp>
 #include <polyattn/variants/slim_k.hpp>
@@ -79,6 +80,19 @@ struct LayerModel {
   SlimKWeights slim;  // empty unless converted
   XCache::Params xcache;
 };
+
+/// A random MHA layer (random_mha_weights, cond(W_k) = cond_k) converted for every variant:
+/// SlimK2 where the heads are at least as wide as the input (W_k square or tall), and XCache by
+/// its cheaper query path. A RoPE model has no key bias (the conversion refuses one).
+inline LayerModel random_layer_model(AttentionShape shape, double cond_k, std::mt19937& rng, bool rope = false) {
+  LayerModel m;
+  m.shape = shape;
+  m.mha = random_mha_weights(shape.input_width(), shape.query_width(), cond_k, rng);
+  if (rope) m.mha.b_k.resize(0);
+  if (shape.query_width() >= shape.input_width()) m.slim = convert_to_slim_k(m.mha, {.rope = rope});
+  m.xcache = make_x_cache_params(m.mha, shape);
+  return m;
+}
 
 namespace detail {
 inline RowMatrixXf project(const RowMatrixXf& x, const RowMatrixXf& w, const Eigen::RowVectorXf& b) {

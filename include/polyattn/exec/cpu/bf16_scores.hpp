@@ -56,18 +56,21 @@
 #define POLYATTN_HAS_BF16_SCORES 0
 #endif
 
-#if POLYATTN_HAS_BF16_SCORES
 namespace polyattn::exec::cpu {
 
 /// The AVX-512 kernels with decode's bfloat16 scores by vdpbf16ps (see above): an xsimd
 /// architecture of its own, so that every kernel templated on the architecture takes it, and its
-/// instances are apart from avx512bw's.
+/// instances are apart from avx512bw's. Declared in every translation unit, as xsimd declares
+/// avx512bw, so that a program built for x86-64-v3 can name it (DispatchCpuSimd<avx512bf16_scores>
+/// with the kernels from a unit built for x86-64-v4); its vectors exist only where
+/// POLYATTN_HAS_BF16_SCORES.
 struct avx512bf16_scores : xsimd::avx512bw {
   static constexpr char const* name() noexcept { return "avx512bw+bf16_scores"; }
 };
 
 }  // namespace polyattn::exec::cpu
 
+#if POLYATTN_HAS_BF16_SCORES
 namespace xsimd::types {
 template <class T>
 struct get_bool_simd_register<T, ::polyattn::exec::cpu::avx512bf16_scores> {
@@ -82,11 +85,7 @@ namespace polyattn::exec::cpu {
 /// Whether Arch's decode scores bfloat16 keys T by vdpbf16ps against a bfloat16 query.
 template <class Arch, class T>
 constexpr bool bf16_dot_scores() {
-#if POLYATTN_HAS_BF16_SCORES
   return std::is_same_v<T, Eigen::bfloat16> && std::is_base_of_v<avx512bf16_scores, Arch>;
-#else
-  return false;
-#endif
 }
 
 /// Whether the policy scores a key of `key_dim` elements (one head's: a shared key, or a head's

@@ -572,6 +572,13 @@ constexpr int row_heads_per_block(int group) {
   return SharedKey && group % kSharedRowHeads<Arch> == 0 ? kSharedRowHeads<Arch> : kRowHeads<Arch>;
 }
 
+/// score_tile for the avx512bf16_scores policy: defined below only where the unit can hold its
+/// kernels (POLYATTN_HAS_BF16_SCORES), declared everywhere so that score_tile reads the same in
+/// every translation unit, whatever its ISA (one definition of each kernel across a program's
+/// units).
+template <class Arch, class Next>
+void score_tile_bf16_dot(const float* q, int group, const KeyTile<Eigen::bfloat16, Next>& keys, float* scores);
+
 #if POLYATTN_HAS_BF16_SCORES
 /// One 32-element chunk of the bfloat16 dot products of score_rows_bf16_dot: acc[r][g] +=
 /// q~_g[c..c+32) . row r's key (head g's slice where the heads do not share it), `tail` the
@@ -736,10 +743,8 @@ void score_tile_fp32(const float* q, int group, const KeyTile<T, Next>& keys, fl
 /// avx512bf16_scores policy takes (bf16_dot_key) score_tile_bf16_dot.
 template <class Arch, class T, class Next>
 void score_tile(const float* q, int group, const KeyTile<T, Next>& keys, float* scores) {
-#if POLYATTN_HAS_BF16_SCORES
   if constexpr (bf16_dot_scores<Arch, T>())
     if (bf16_dot_key(keys.dim)) return score_tile_bf16_dot<Arch>(q, group, keys, scores);
-#endif
   score_tile_fp32<Arch>(q, group, keys, scores);
 }
 

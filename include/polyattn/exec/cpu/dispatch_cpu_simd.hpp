@@ -64,10 +64,8 @@ bool cpu_runs() {
   } else if constexpr (std::is_same_v<Arch, xsimd::avx512bw>) {
     return v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512cd") &&
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-#if POLYATTN_HAS_BF16_SCORES
   } else if constexpr (std::is_same_v<Arch, avx512bf16_scores>) {
     return cpu_runs<xsimd::avx512bw>() && cpu_runs_avx512bf16();
-#endif
   } else {
     static_assert(sizeof(Arch) == 0, "polyattn: DispatchCpuSimd knows the CPU checks of xsimd::fma3<xsimd::avx2>, xsimd::avx512bw "
                                      "and cpu::avx512bf16_scores");
