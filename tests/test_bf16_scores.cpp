@@ -12,7 +12,10 @@
 //      the output, a convex combination of values in [-1, 1], by exp(2 ds) - 1 more;
 //  - SlimK2 and XCache on Hnd and Paged<16>: a converted layer, executor_tolerance with the
 //    query's rounding (2^-8), and outputs that differ from the default AVX-512 kernels' (so the
-//    bfloat16 pass ran: it is their only difference).
+//    bfloat16 pass ran: it is their only difference);
+//  - Mla (decoupled RoPE and preserved key parts) against the expanded computation in double over
+//    the rounded rows, within the fp32 bound plus the rounding's, computed from the absorbed
+//    queries and the cached rows. Mtla is not tested under the policy yet.
 // And DispatchCpuSimd<cpu::avx512bf16_scores> runs the policy exactly where the CPU has
 // AVX512-BF16. On a CPU without it the tests say so and pass nothing else (the kernels would
 // fault); a build without AVX-512 has no policy to test.
@@ -27,13 +30,16 @@
 #include <polyattn/convert/x_cache.hpp>
 #include <polyattn/exec/cpu/dispatch_cpu_simd.hpp>
 #include <polyattn/polyattn.hpp>
+#include <polyattn/variants/mla.hpp>
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 
 #include "support/combos.hpp"
 #include "support/dense_oracle.hpp"
 #include "support/executor_tolerance.hpp"
+#include "support/latent_scenarios.hpp"
 #include "support/mha_layer.hpp"
+#include "support/rounded_cache.hpp"
 
 #if POLYATTN_HAS_BF16_SCORES
 
@@ -138,7 +144,124 @@ void check_converted_variant() {
   CHECK(max_abs_diff(got, run_script(fp32, m, s)) > 0);
 }
 
+/// The largest score move the policy's rounding can cause for queries q (rows, query_width) against
+/// the cached rows `keys` (tokens, row_width, already bfloat16): 2^-8 max over heads and tokens
+/// of sum_i |s qa_i k_i|, qa the absorbed query of each head (V::prepare_queries, public), s the
+/// softmax scale; the bf16 products are exact, so this is all the rounding adds.
+template <class V>
+double latent_score_move(AttentionShape shape, const typename V::Params& params, const RowMatrixXf& q, const RowMatrixXd& keys, double s) {
+  RowMatrixXf absorbed;
+  V::prepare_queries(shape, params, q, absorbed);
+  const int kw = V::Absorb::row_width(shape);
+  double ds = 0;
+  for (Eigen::Index r = 0; r < absorbed.rows(); ++r)
+    for (int h = 0; h < shape.n_heads; ++h) {
+      const Eigen::VectorXd qa = absorbed.row(r).segment(std::ptrdiff_t(h) * kw, kw).cast<double>().cwiseAbs() * s;
+      ds = std::max(ds, (keys.cwiseAbs() * qa).maxCoeff());
+    }
+  return 0x1p-8 * ds * (1 + 0x1p-20);
+}
+
+/// What the policy computes for Mla decode rows q (rows, query_width) over the whole history, in
+/// double: the absorbed query of each head (V::prepare_queries), scaled in float and rounded to
+/// bfloat16 as the policy rounds it, against the cached rows [latent | key part]; the softmax;
+/// the attended latent through W_uv and the value bias. Only fp32 sums separate the policy from it.
+template <class V>
+RowMatrixXd rounded_absorbed_attention(AttentionShape shape, const typename V::Params& params, const RowMatrixXf& q, const RowMatrixXd& keys,
+                                       float s) {
+  RowMatrixXf absorbed;
+  V::prepare_queries(shape, params, q, absorbed);
+  const int kw = V::Absorb::row_width(shape), d = shape.head_dim;
+  RowMatrixXd out(q.rows(), std::ptrdiff_t(shape.n_heads) * d);
+  for (Eigen::Index r = 0; r < q.rows(); ++r)
+    for (int h = 0; h < shape.n_heads; ++h) {
+      const Eigen::VectorXd qr = absorbed.row(r).segment(std::ptrdiff_t(h) * kw, kw).unaryExpr([s](float x) {
+        return double(exec::cpu::round_to_bfloat16(x * s));
+      }).transpose();
+      const Eigen::VectorXd scores = keys * qr;
+      const Eigen::VectorXd p = (scores.array() - scores.maxCoeff()).exp().matrix();
+      const Eigen::RowVectorXd attended = (p.transpose() * keys.leftCols(V::rank)) / p.sum();
+      out.row(r).segment(std::ptrdiff_t(h) * d, d) = attended * params.w_uv.middleCols(std::ptrdiff_t(h) * d, d).template cast<double>();
+    }
+  if (params.value_bias.size() > 0) out.rowwise() += params.value_bias.template cast<double>();
+  return out;
+}
+
+/// Mla's one shared row [latent (Rank) | key part], read by all heads: a row of 33 (decoupled RoPE
+/// of 9) or 36 (4 heads' 4 preserved dims), which the policy scores by vdpbf16ps. Prefill of 70
+/// causal rows, then 4 decode steps, against the expanded computation in double over the rounded
+/// rows, within the fp32 bound plus the rounding's: a score move ds (latent_score_move) moves
+/// the attended latent, a convex combination of rows in [-1, 1], by expm1(2 ds), and the output
+/// by that times W_uv's largest column sum of |entries|. Decode rows, tightly: against
+/// rounded_absorbed_attention, within the fp32 bound alone. And the output differs from the
+/// default AVX-512 kernels' (the bfloat16 pass ran).
+template <class V, class L>
+void check_latent_variant() {
+  const AttentionShape shape{4, 16};
+  static_assert(exec::cpu::bf16_dot_key(V::Absorb::row_width(AttentionShape{4, 16})));
+  std::mt19937 rng(31 + V::rank);
+  const auto params = random_mla_params<V>(shape, rng, V::key_part == MlaKeyPart::preserved);
+  const CacheConfig cache{.max_sequences = 1, .capacity = 80, .poison_unused = true};
+  Attention<V, L, Policy, bf16> policy(shape, cache, params, 2);
+  Attention<V, L, exec::BasicCpuSimd<xsimd::avx512bw>, bf16> fp32(shape, cache, params, 2);
+  const int qw = V::query_width(shape), ow = V::output_width(shape), kw = V::key_part_width(shape);
+  const double s = V::Absorb::softmax_scale(shape, params.scale);
+  const double value_gain = params.w_uv.cwiseAbs().colwise().sum().maxCoeff();
+  const int seq = policy.open_sequence();
+  CHECK(fp32.open_sequence() == seq);
+  LatentHistory h;
+  h.latent.resize(0, V::rank);
+  h.part.resize(0, kw);
+  INFO(decltype(policy)::name());
+  double worst = 0, moved = 0, tight = 0;
+  const auto check = [&](const RowMatrixXf& q, const RowMatrixXf& got, const RowMatrixXf& want, const std::vector<int>& visible) {
+    RowMatrixXd keys(h.latent.rows(), V::Absorb::row_width(shape));
+    keys << h.latent.cast<double>(), h.part.cast<double>();
+    const double ds = latent_score_move<V>(shape, params, q, keys, s);
+    const double bound = mla_tolerance<V>(shape, int(h.latent.rows())) + std::expm1(2 * ds) * value_gain;
+    const double diff = max_abs_diff(got, expanded_mla_attention<V>(shape, params, q, h, visible));
+    CHECK(diff <= bound);
+    worst = std::max(worst, diff / bound);
+    moved = std::max(moved, max_abs_diff(got, want));
+  };
+  {
+    const int n = 70;
+    const RowMatrixXf q = random_matrix(n, qw, rng), lat = random_matrix(n, V::rank, rng), part = random_matrix(n, kw, rng);
+    RowMatrixXf got(n, ow), want(n, ow);
+    policy.prefill(seq, q, {lat, part}, Mask::causal, got);
+    fp32.prefill(seq, q, {lat, part}, Mask::causal, want);
+    h.add(rounded<bf16>(lat), rounded<bf16>(part));
+    std::vector<int> visible;
+    for (int t = 0; t < n; ++t) visible.push_back(t + 1);
+    check(q, got, want, visible);
+  }
+  const int one[] = {seq};
+  for (int step = 0; step < 4; ++step) {
+    const RowMatrixXf q = random_matrix(1, qw, rng), lat = random_matrix(1, V::rank, rng), part = random_matrix(1, kw, rng);
+    RowMatrixXf got(1, ow), want(1, ow);
+    policy.decode(one, q, {lat, part}, got);
+    fp32.decode(one, q, {lat, part}, want);
+    h.add(rounded<bf16>(lat), rounded<bf16>(part));
+    check(q, got, want, {});
+    RowMatrixXd keys(h.latent.rows(), V::Absorb::row_width(shape));
+    keys << h.latent.cast<double>(), h.part.cast<double>();
+    const double tight_diff = max_abs_diff(got, rounded_absorbed_attention<V>(shape, params, q, keys, float(s)));
+    CHECK(tight_diff <= mla_tolerance<V>(shape, int(h.latent.rows())));
+    tight = std::max(tight, tight_diff);
+  }
+  CHECK(moved > 0);
+  MESSAGE(decltype(policy)::name(), ": worst error / bound ", worst, "; decode vs the rounded absorbed query ", tight, " (bound ",
+          mla_tolerance<V>(shape, 74), "); differs from the fp32 kernels by ", moved);
+}
+
 }  // namespace
+
+TEST_CASE_TEMPLATE("bfloat16 scores: Mla against the expanded computation within the derived bound", C,
+                   Combo<Mla<24, 9, MlaKeyPart::decoupled_rope>, Hnd, Policy, bf16>, Combo<Mla<24, 9, MlaKeyPart::decoupled_rope>, Paged<16>, Policy, bf16>,
+                   Combo<Mla<20, 4, MlaKeyPart::preserved>, Nhd, Policy, bf16>) {
+  if (!cpu_has_policy()) return;
+  check_latent_variant<typename C::variant, typename C::layout>();
+}
 
 TEST_CASE_TEMPLATE("bfloat16 scores: Mha, Gqa and Mqa decode as Reference with the rounded query, and within the derived bound of the unrounded one",
                    C, Combo<Mha, Hnd, Policy, bf16>, Combo<Mha, Nhd, Policy, bf16>, Combo<Mha, Paged<16>, Policy, bf16>,
