@@ -15,7 +15,9 @@
 //    bfloat16 pass ran: it is their only difference);
 //  - Mla (decoupled RoPE and preserved key parts) against the expanded computation in double over
 //    the rounded rows, within the fp32 bound plus the rounding's, computed from the absorbed
-//    queries and the cached rows. Mtla is not tested under the policy yet.
+//    queries and the cached rows;
+//  - Mtla's decode the same way over its merged slots, read back from the cache (merged in float
+//    and rounded once, so |entries| reach M = max |c^| > 1: the bounds carry M).
 // And DispatchCpuSimd<cpu::avx512bf16_scores> runs the policy exactly where the CPU has
 // AVX512-BF16. On a CPU without it the tests say so and pass nothing else (the kernels would
 // fault); a build without AVX-512 has no policy to test.
@@ -31,12 +33,14 @@
 #include <polyattn/exec/cpu/dispatch_cpu_simd.hpp>
 #include <polyattn/polyattn.hpp>
 #include <polyattn/variants/mla.hpp>
+#include <polyattn/variants/mtla.hpp>
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 
 #include "support/combos.hpp"
 #include "support/dense_oracle.hpp"
 #include "support/executor_tolerance.hpp"
+#include "support/latent_oracle.hpp"
 #include "support/latent_scenarios.hpp"
 #include "support/mha_layer.hpp"
 #include "support/rounded_cache.hpp"
@@ -183,7 +187,8 @@ RowMatrixXd rounded_absorbed_attention(AttentionShape shape, const typename V::P
       const Eigen::RowVectorXd attended = (p.transpose() * keys.leftCols(V::rank)) / p.sum();
       out.row(r).segment(std::ptrdiff_t(h) * d, d) = attended * params.w_uv.middleCols(std::ptrdiff_t(h) * d, d).template cast<double>();
     }
-  if (params.value_bias.size() > 0) out.rowwise() += params.value_bias.template cast<double>();
+  if constexpr (requires { params.value_bias; })  // Mla's; Mtla has none
+    if (params.value_bias.size() > 0) out.rowwise() += params.value_bias.template cast<double>();
   return out;
 }
 
@@ -254,7 +259,89 @@ void check_latent_variant() {
           mla_tolerance<V>(shape, 74), "); differs from the fp32 kernels by ", moved);
 }
 
+/// Mtla's merged slots [c^ (Rank) | k^R (RopeDim)] of `seq`, read back from the cache (bfloat16,
+/// so exact in float): (cache rows, Rank + RopeDim).
+template <class A>
+RowMatrixXf cached_slots(const A& attn, int seq) {
+  using V = typename A::variant_type;
+  RowMatrixXf rows(attn.cache_rows(seq), V::rank + V::rope_dim);
+  for (Eigen::Index r = 0; r < rows.rows(); ++r)
+    for (int k = 0; k < rows.cols(); ++k) rows(r, k) = float(attn.cache().row(0, seq, int(r), 0)[k]);
+  return rows;
+}
+
+/// Mtla's shared row of Rank + RopeDim merged in time, read by all heads. A causal prefill of 61
+/// tokens (it only fills the cache: its block kernel keeps the fp32 query), then 8 decode steps,
+/// which merge into the open slot and open new ones. Each step reads the slots back from the
+/// cache (they must equal the default kernels' instance's: one writer) and checks the output:
+///  - against the expanded computation in double over those slots, within the fp32 bound for
+///    latents up to M = max |c^| (absorbed_tolerance, as test_mtla) plus the rounding's: a score
+///    move ds (latent_score_move) moves the attended latent by expm1(2 ds) M, and the output by
+///    that times W_uv's largest column sum of |entries|;
+///  - tightly, against rounded_absorbed_attention, within the fp32 bound alone;
+///  - and it differs from the default AVX-512 kernels' output (the bfloat16 pass ran).
+template <class V, class L>
+void check_merged_latent_variant() {
+  const AttentionShape shape{4, 16};
+  static_assert(exec::cpu::bf16_dot_key(V::Absorb::row_width(AttentionShape{4, 16})));
+  std::mt19937 rng(47 + V::rank);
+  const auto params = random_mtla_params<V>(shape, rng);
+  const CacheConfig cache{.max_sequences = 1, .capacity = 40, .poison_unused = true};
+  Attention<V, L, Policy, bf16> policy(shape, cache, params, 2);
+  Attention<V, L, exec::BasicCpuSimd<xsimd::avx512bw>, bf16> fp32(shape, cache, params, 2);
+  const int qw = V::query_width(shape), ow = V::output_width(shape);
+  const double s = V::Absorb::softmax_scale(shape, params.scale);
+  const double value_gain = params.w_uv.cwiseAbs().colwise().sum().maxCoeff();
+  const int seq = policy.open_sequence();
+  CHECK(fp32.open_sequence() == seq);
+  INFO(decltype(policy)::name());
+  {
+    const int n = 61;
+    RowMatrixXf got(n, ow);
+    const RowMatrixXf q = random_matrix(n, qw, rng), lat = random_matrix(n, V::rank, rng), kr = random_matrix(n, V::rope_dim, rng);
+    policy.prefill(seq, q, {lat, kr}, Mask::causal, got);
+    fp32.prefill(seq, q, {lat, kr}, Mask::causal, got);
+  }
+  const int one[] = {seq};
+  double worst = 0, moved = 0, tight = 0, magnitude = 0;
+  for (int step = 0; step < 8; ++step) {
+    const RowMatrixXf q = random_matrix(1, qw, rng), lat = random_matrix(1, V::rank, rng), kr = random_matrix(1, V::rope_dim, rng);
+    RowMatrixXf got(1, ow), want(1, ow);
+    policy.decode(one, q, {lat, kr}, got);
+    fp32.decode(one, q, {lat, kr}, want);
+    const RowMatrixXf slots = cached_slots(policy, seq);
+    INFO("step ", step, ", ", slots.rows(), " slots");
+    REQUIRE(slots == cached_slots(fp32, seq));
+    const RowMatrixXf latent = slots.leftCols(V::rank), part = slots.rightCols(V::rope_dim);
+    const double m = std::max(1.0, double(latent.cwiseAbs().maxCoeff()));
+    const double fp32_bound = absorbed_tolerance(V::Absorb::row_width(shape), shape.head_dim, V::rank, int(slots.rows()), s, m);
+    const RowMatrixXd keys = slots.cast<double>();
+    const double ds = latent_score_move<V>(shape, params, q, keys, s);
+    const double bound = fp32_bound + std::expm1(2 * ds) * m * value_gain;
+    const RowMatrixXd k = expand_keys(latent, part, params.w_uk, shape.n_heads, V::rope_dim, false);
+    const RowMatrixXd v = latent.cast<double>() * params.w_uv.template cast<double>();
+    const double diff = max_abs_diff(got, dense_attention_f64(q.cast<double>(), k, v, shape.n_heads, s));
+    CHECK(diff <= bound);
+    const double tight_diff = max_abs_diff(got, rounded_absorbed_attention<V>(shape, params, q, keys, float(s)));
+    CHECK(tight_diff <= fp32_bound);
+    worst = std::max(worst, diff / bound);
+    tight = std::max(tight, tight_diff / fp32_bound);
+    moved = std::max(moved, max_abs_diff(got, want));
+    magnitude = std::max(magnitude, m);
+  }
+  CHECK(moved > 0);
+  MESSAGE(decltype(policy)::name(), ": worst error / bound ", worst, "; decode vs the rounded absorbed query, error / fp32 bound ", tight,
+          "; differs from the fp32 kernels by ", moved, "; latents up to ", magnitude);
+}
+
 }  // namespace
+
+TEST_CASE_TEMPLATE("bfloat16 scores: Mtla against the expanded computation over its merged slots within the derived bound", C,
+                   Combo<Mtla<36, 3, 6>, Hnd, Policy, bf16>, Combo<Mtla<36, 3, 6>, Paged<5>, Policy, bf16>,
+                   Combo<Mtla<16, 2, 4>, Nhd, Policy, bf16>) {
+  if (!cpu_has_policy()) return;
+  check_merged_latent_variant<typename C::variant, typename C::layout>();
+}
 
 TEST_CASE_TEMPLATE("bfloat16 scores: Mla against the expanded computation within the derived bound", C,
                    Combo<Mla<24, 9, MlaKeyPart::decoupled_rope>, Hnd, Policy, bf16>, Combo<Mla<24, 9, MlaKeyPart::decoupled_rope>, Paged<16>, Policy, bf16>,

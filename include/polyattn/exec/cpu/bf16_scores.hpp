@@ -1,8 +1,8 @@
 // A named reduced-precision policy for the CPU executor: avx512bf16_scores, the AVX-512 kernels
 // (xsimd::avx512bw) with one change, in decode's score pass over bfloat16 keys wider than 64
 // elements or not a whole number of 16 (bf16_dot_key; at Whisper tiny's shapes XCache's shared
-// rows of 384). Tested for Mha, Gqa, Mqa, SlimK2, XCache and Mla; not yet for Mtla. There the
-// query, already scaled, is rounded to bfloat16 (vcvtne2ps2bf16, as the pass packs it: the same rounding
+// rows of 384). Tested for every variant it can run: Mha, Gqa, Mqa, SlimK2, XCache, Mla and Mtla.
+// There the query, already scaled, is rounded to bfloat16 (vcvtne2ps2bf16, as the pass packs it: the same rounding
 // in every tile) and the dot products with the key rows are taken by AVX512-BF16's vdpbf16ps, 32
 // products per instruction, straight from the cached bits (score_rows_bf16_dot in
 // decode_tile.hpp). Everything else is the default kernels': fp32 products and sums, the value
