@@ -39,17 +39,6 @@ using namespace polyattn::testing;
 
 namespace {
 
-/// How much rounding to T can grow the 2-norm of a row of `width` elements: by (1 + u) for a
-/// 16-bit T; for int8 each element moves by at most half its segment's step, max|x| / 254 <=
-/// |x|_2 / 254, so the row by sqrt(width) / 254 of its norm (plus the decode's 2^-24).
-template <class T>
-double norm_growth(int width) {
-  if constexpr (std::is_same_v<T, std::int8_t>)
-    return 1 + std::sqrt(double(width)) / 254 + 0x1p-24;
-  else
-    return 1 + unit_roundoff<T>();
-}
-
 /// Prefills sequences of ragged lengths, then decodes them together; returns every output row
 /// stacked (prefill rows, then each step's batch). Same rng seed -> same inputs for both executors.
 template <class A>

@@ -70,12 +70,24 @@ void check_scores(int group, int dim, int count, bool shared) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   const int width = shared ? dim : group * dim;  // SlimK2-like rows hold one slice per head
   std::vector<T> rows(std::size_t(count) * width);
-  for (T& x : rows) x = T(u(rng));
+  for (T& x : rows) x = std::is_same_v<T, std::int8_t> ? T(std::nearbyint(127 * u(rng))) : T(u(rng));  // int8: codes
   std::vector<float> q(std::size_t(group) * dim);
   for (float& x : q) x = u(rng);
-  if constexpr (polyattn::exec::cpu::bf16_dot_scores<Arch, T>())  // where the policy scores with the query rounded, the exact sums below are of its products
+  // Where a policy scores with the query rounded, the exact sums below are of its products: `q`
+  // as score_tile is given it, `qe` as the policy rounds it (bfloat16; int8 codes times the step
+  // of each head, QueryCodes).
+  std::vector<float> qe = q;
+  if constexpr (polyattn::exec::cpu::bf16_dot_scores<Arch, T>())
     if (polyattn::exec::cpu::bf16_dot_key(dim))
-      for (float& x : q) x = polyattn::exec::cpu::round_to_bfloat16(x);
+      for (float& x : qe) x = polyattn::exec::cpu::round_to_bfloat16(x);
+  if constexpr (polyattn::exec::cpu::int8_dot_scores<Arch, T>())
+    for (int g = 0; g < group && polyattn::exec::cpu::int8_dot_key(dim); ++g) {
+      float* head = qe.data() + std::ptrdiff_t(g) * dim;
+      float largest = 0;
+      for (int c = 0; c < dim; ++c) largest = std::max(largest, std::abs(head[c]));
+      const auto codes = polyattn::exec::cpu::QueryCodes::of(largest);
+      for (int c = 0; c < dim; ++c) head[c] = codes.rounded(head[c]);
+    }
   const std::ptrdiff_t group_stride = shared ? 0 : dim;
   std::vector<float> scores(std::size_t(group) * kTile + 64), alone(std::size_t(group) * kTile + 64);
   polyattn::exec::cpu::score_tile<Arch>(q.data(), group, KeyTile<T>{{rows.data(), width}, group_stride, dim, count}, scores.data());
@@ -96,7 +108,7 @@ void check_scores(int group, int dim, int count, bool shared) {
       differing += std::memcmp(&ours, &alone[std::size_t(g) * kTile], sizeof(float)) != 0;
       double exact = 0, magnitude = 0;
       for (int c = 0; c < dim; ++c) {
-        const double p = double(q[std::size_t(g) * dim + c]) * double(float(row[g * group_stride + c]));
+        const double p = double(qe[std::size_t(g) * dim + c]) * double(float(row[g * group_stride + c]));
         exact += p;
         magnitude += std::abs(p);
       }
@@ -157,6 +169,21 @@ void check_bf16_scores_arch() {
 }
 #endif
 
+#if POLYATTN_HAS_INT8_SCORES
+/// The int8 scores policy's score pass (score_rows_int8_dot: each head's query rounded to int8
+/// codes, 64-code chunks by vpdpbusd, a masked tail, R rows at a time) over int8 key codes in
+/// [-127, 127]: the same checks, against the exact sums of the rounded query's products where it
+/// takes the key (int8_dot_key: 20, 72, 120, 384; its integer sums are exact, the step's product
+/// rounds once; 16 and 64 keep the default pass).
+void check_int8_scores_arch() {
+  using Arch = polyattn::exec::cpu::avx512vnni_scores;
+  for (const bool shared : {true, false})
+    for (const int group : {1, 2, 3, 4, 5, 6, 8, 12})
+      for (const int dim : {16, 20, 64, 72, 120, 384})
+        for (const int count : {1, 3, 17, kTile}) check_scores<Arch, std::int8_t>(group, dim, count, shared);
+}
+#endif
+
 /// The value pass over bfloat16 rows, which it reads two vectors a load into other lanes
 /// (pair_loads), adds to each accumulator what the pass over the same values stored as float adds,
 /// bit for bit: the same products in the same order for every element, whatever lanes held them.
@@ -199,6 +226,14 @@ TEST_CASE("the decode passes: each row's scores are the row's own, whatever rows
       check_bf16_scores_arch();
     else
       MESSAGE("this CPU has no AVX512-BF16: the bfloat16 scores policy is not run");
+  }
+#endif
+#if POLYATTN_HAS_INT8_SCORES
+  SUBCASE("AVX-512, int8 scores") {
+    if (polyattn::exec::cpu::cpu_runs_avx512vnni())
+      check_int8_scores_arch();
+    else
+      MESSAGE("this CPU has no AVX512-VNNI: the int8 scores policy is not run");
   }
 #endif
 }
@@ -339,11 +374,12 @@ void check_ticks() {
       std::vector<T> rows(std::size_t(kTile) * group * dim, T(0.25f));
       std::vector<float> q(std::size_t(group) * dim, 1.0f), scores(std::size_t(group) * kTile);
       INFO("group ", group, ", dim ", dim, ", ", sizeof(T), "-byte elements");
-      for (const int n : {5, kTile}) {
-        auto counter = tick_counter();
-        polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<T>{rows.data(), dim}, n, acc.data(), dim, &counter);
-        CHECK(counter.asked == n * polyattn::exec::cpu::value_loads_per_row<Arch>(group, dim));
-      }
+      if constexpr (!std::is_same_v<T, std::int8_t>)  // (int8 rows have a value pass of their own: accumulate_int8_tile)
+        for (const int n : {5, kTile}) {
+          auto counter = tick_counter();
+          polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<T>{rows.data(), dim}, n, acc.data(), dim, &counter);
+          CHECK(counter.asked == n * polyattn::exec::cpu::value_loads_per_row<Arch>(group, dim));
+        }
       for (const bool shared : {true, false}) {  // the score pass over a whole tile (blocks of W rows)
         auto counter = tick_counter();
         const KeyTile<T> tile{{rows.data(), shared ? dim : group * dim}, shared ? 0 : dim, dim, kTile, &counter};
@@ -366,6 +402,11 @@ TEST_CASE("each pass ticks the next tile's asks once per vector load of a row") 
 #if POLYATTN_HAS_BF16_SCORES
   SUBCASE("AVX-512, bfloat16 scores") {  // its own score pass at dim 72 and 384 (bf16_dot_key)
     if (polyattn::exec::cpu::cpu_runs_avx512bf16()) check_ticks<polyattn::exec::cpu::avx512bf16_scores, Eigen::bfloat16>();
+  }
+#endif
+#if POLYATTN_HAS_INT8_SCORES
+  SUBCASE("AVX-512, int8 scores") {  // its own score pass at dim 72 and 384 (int8_dot_key)
+    if (polyattn::exec::cpu::cpu_runs_avx512vnni()) check_ticks<polyattn::exec::cpu::avx512vnni_scores, std::int8_t>();
   }
 #endif
 }

@@ -7,8 +7,9 @@
 // probe and an FMA-throughput probe, both on every core. A case whose cache would exceed 16 GiB
 // is skipped. Compare variants as ratios within one run; no time is asserted. On an AVX-512 build
 // the f32 Hnd cases also run on the AVX2 kernels (BM_DecodeVariant<..., BasicCpuSimd<fma3<avx2>>>,
-// labelled .../cpu/fma3+avx2): what a CPU without AVX-512 runs, on the same memory, and XCache's
-// bfloat16 cases under the bfloat16 scores policy (below).
+// labelled .../cpu/fma3+avx2): what a CPU without AVX-512 runs, on the same memory, XCache's
+// bfloat16 cases under the bfloat16 scores policy and every variant's int8 cases under the int8
+// scores policy (below).
 #include <benchmark/benchmark.h>
 
 #include <polyattn/exec/cpu/dispatch_cpu_simd.hpp>
@@ -61,6 +62,22 @@ using Bf16Scores = polyattn::exec::DispatchCpuSimd<polyattn::exec::cpu::avx512bf
 BENCHMARK(BM_DecodeVariant<polyattn::XCache, polyattn::Hnd, Eigen::bfloat16, Bf16Scores>)->Apply(DecodeShapes);
 BENCHMARK(BM_DecodeVariant<polyattn::XCache, polyattn::Nhd, Eigen::bfloat16, Bf16Scores>)->Apply(DecodeShapes);
 BENCHMARK(BM_DecodeVariant<polyattn::XCache, polyattn::Paged<16>, Eigen::bfloat16, Bf16Scores>)->Apply(DecodeShapes);
+#endif
+
+#if POLYATTN_HAS_INT8_SCORES
+// Every variant's int8 cases on Hnd and Paged<16> again under the int8 scores policy
+// (exec/cpu/int8_scores.hpp: decode's scores by vpdpbusd against each head's query rounded to int8
+// codes), labelled .../cpu/avx512bw+vnni_scores|... ran <kernels>, as above. Its multiply-adds are
+// counted as the default's.
+using Int8Scores = polyattn::exec::DispatchCpuSimd<polyattn::exec::cpu::avx512vnni_scores>;
+#define POLYATTN_DECODE_INT8_SCORES(V)                                                                  \
+  BENCHMARK(BM_DecodeVariant<V, polyattn::Hnd, std::int8_t, Int8Scores>)->Apply(DecodeShapes); \
+  BENCHMARK(BM_DecodeVariant<V, polyattn::Paged<16>, std::int8_t, Int8Scores>)->Apply(DecodeShapes);
+POLYATTN_DECODE_INT8_SCORES(polyattn::Mha)
+POLYATTN_DECODE_INT8_SCORES(polyattn::Gqa<2>)
+POLYATTN_DECODE_INT8_SCORES(polyattn::Mqa)
+POLYATTN_DECODE_INT8_SCORES(polyattn::SlimK2)
+POLYATTN_DECODE_INT8_SCORES(polyattn::XCache)
 #endif
 
 int main(int argc, char** argv) { return polyattn::bench::run_roofline_benchmarks(argc, argv); }

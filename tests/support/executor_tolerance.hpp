@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include <polyattn/core/matrix.hpp>
@@ -13,6 +14,7 @@
 #include <polyattn/variants/x_cache.hpp>
 
 #include "support/mha_layer.hpp"
+#include "support/rounded_cache.hpp"
 
 namespace polyattn::testing {
 
@@ -41,10 +43,22 @@ inline double max_column_norm(const RowMatrixXf& m) { return double(m.colwise().
 ///    2-norm, an entry of y at most that times W_o's largest column norm. For slim sigma_max(W_kv)
 ///    grows with cond(W_k) (W_kv = W_k^-1 W_v): that is where cond(W_k) enters.
 ///  - Both sides round the two products (w-term and e-term dot products) once each.
-/// `query_roundoff` u_q: one executor rounds each (scaled) query element to a relative u_q before
-/// its dot products (exec::CpuSimdBf16Scores: 2^-8), which moves a score by at most u_q scale |q_h|
-/// |k| more (Cauchy-Schwarz); the weights then move by a relative exp(2 ds) - 1 at most, which the
+/// `query_roundoff` u_q: one executor rounds the (scaled) query before its dot products so that
+/// |q~_h - q_h| <= u_q |q_h| in 2-norm (exec::CpuSimdBf16Scores, each element to a relative 2^-8:
+/// 2^-8; exec::CpuSimdInt8Scores, each to half a step of max|q_h| / 127: sqrt(dk) / 254 (1 +
+/// 2^-14)), which moves a score by at most u_q scale |q_h| |k| more (Cauchy-Schwarz); the weights then move by a relative exp(2 ds) - 1 at most, which the
 /// first-order 2 ds bounds only for small ds.
+/// How much rounding to T can grow the 2-norm of a row of `width` elements: by (1 + u) for a
+/// 16-bit T; for int8 each element moves by at most half its segment's step, max|x| / 254 <=
+/// |x|_2 / 254, so the row by sqrt(width) / 254 of its norm (plus the decode's 2^-24).
+template <class T>
+double norm_growth(int width) {
+  if constexpr (std::is_same_v<T, std::int8_t>)
+    return 1 + std::sqrt(double(width)) / 254 + 0x1p-24;
+  else
+    return 1 + unit_roundoff<T>();
+}
+
 template <class V>
 double executor_tolerance(const LayerModel& m, const Script& s, int tokens, double query_roundoff = 0) {
   const AttentionShape shape = m.shape;

@@ -22,6 +22,7 @@
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/exec/cpu/attend_jobs.hpp"
 #include "polyattn/exec/cpu/bf16_scores.hpp"
+#include "polyattn/exec/cpu/int8_scores.hpp"
 
 namespace polyattn::exec {
 
@@ -55,6 +56,14 @@ using CpuSimd = BasicCpuSimd<xsimd::default_arch>;
 /// changes and its error bound). For a CPU known to have AVX512-BF16; DispatchCpuSimd<cpu::
 /// avx512bf16_scores> checks when the program runs.
 using CpuSimdBf16Scores = BasicCpuSimd<cpu::avx512bf16_scores>;
+#endif
+
+#if POLYATTN_HAS_INT8_SCORES
+/// The AVX-512 kernels with decode's int8 scores by AVX512-VNNI dot products against a query
+/// rounded to int8 codes per head: a named reduced-precision policy (exec/cpu/int8_scores.hpp says
+/// what it changes and its error bound). For a CPU known to have AVX512-VNNI; DispatchCpuSimd<cpu::
+/// avx512vnni_scores> checks when the program runs.
+using CpuSimdInt8Scores = BasicCpuSimd<cpu::avx512vnni_scores>;
 #endif
 
 }  // namespace polyattn::exec

@@ -11,13 +11,16 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include <xsimd/xsimd.hpp>
 
 #include "polyattn/cache/cache_line.hpp"
 #include "polyattn/core/row_scales.hpp"
 #include "polyattn/exec/cpu/bf16_scores.hpp"
+#include "polyattn/exec/cpu/int8_scores.hpp"
 #include "polyattn/exec/cpu/load_floats.hpp"
 
 namespace polyattn::exec::cpu {
@@ -572,12 +575,13 @@ constexpr int row_heads_per_block(int group) {
   return SharedKey && group % kSharedRowHeads<Arch> == 0 ? kSharedRowHeads<Arch> : kRowHeads<Arch>;
 }
 
-/// score_tile for the avx512bf16_scores policy: defined below only where the unit can hold its
-/// kernels (POLYATTN_HAS_BF16_SCORES), declared everywhere so that score_tile reads the same in
+/// score_tile for the avx512bf16_scores and avx512vnni_scores policies: defined below only where
+/// the unit can hold their kernels (POLYATTN_HAS_BF16_SCORES, POLYATTN_HAS_INT8_SCORES), declared
+/// everywhere so that score_tile reads the same in
 /// every translation unit, whatever its ISA (one definition of each kernel across a program's
 /// units).
-template <class Arch, class Next>
-void score_tile_bf16_dot(const float* q, int group, const KeyTile<Eigen::bfloat16, Next>& keys, float* scores);
+template <class Arch, class T, class Next>
+void score_tile_by_dot(const float* q, int group, const KeyTile<T, Next>& keys, float* scores);
 
 #if POLYATTN_HAS_BF16_SCORES
 /// One 32-element chunk of the bfloat16 dot products of score_rows_bf16_dot: acc[r][g] +=
@@ -679,14 +683,173 @@ template <class Arch, int NG, bool SharedKey, class Next>
   keep_asks_left(keys.next, asks);
 }
 
-/// score_tile for the avx512bf16_scores policy: every group in blocks of up to 8 heads
-/// (row_heads_per_block's, as score_rows takes them).
-template <class Arch, class Next>
-void score_tile_bf16_dot(const float* q, int group, const KeyTile<Eigen::bfloat16, Next>& keys, float* scores) {
+#endif
+
+#if POLYATTN_HAS_INT8_SCORES
+/// One 64-element chunk of the int8 dot products of score_rows_int8_dot: acc[r][g] += sum of
+/// c_g[i] (k_r[i] + 128) over the chunk, c_g head g's query codes, k_r row r's key codes (head
+/// g's slice where the heads do not share the key), offset by an xor of their sign bits, as
+/// vpdpbusd takes an unsigned operand. `tail` the chunk's codes (a masked load reads none past the
+/// key; the zeros it gives meet query codes of 0), `ticks` the fp32 vectors it stands for in the
+/// paced asks (score_loads_per_row counts those).
+template <int R, int NG, bool SharedKey, bool Masked, class Next>
+[[gnu::target("avx512vnni"), gnu::always_inline]] inline void int8_dot_chunk(const std::int8_t* qc, std::ptrdiff_t q_stride,
+                                                                             const std::int8_t* const* k, std::ptrdiff_t group_stride,
+                                                                             __mmask64 tail, int ticks, Next* next, int& asks,
+                                                                             __m512i (&acc)[R][NG]) {
+  const __m512i sign = _mm512_set1_epi8(char(0x80));
+  const auto load = [tail, sign](const std::int8_t* p) {
+    return _mm512_xor_si512(Masked ? _mm512_maskz_loadu_epi8(tail, p) : _mm512_loadu_si512(p), sign);
+  };
+  if constexpr (SharedKey) {
+    __m512i kv[R];
+    POLYATTN_UNROLL
+    for (int r = 0; r < R; ++r) {
+      kv[r] = load(k[r]);
+      for (int t = 0; t < ticks; ++t) tick_asks(next, asks);
+    }
+    POLYATTN_UNROLL
+    for (int g = 0; g < NG; ++g) {
+      const __m512i qv = _mm512_load_si512(qc + g * q_stride);
+      POLYATTN_UNROLL
+      for (int r = 0; r < R; ++r) acc[r][g] = _mm512_dpbusd_epi32(acc[r][g], kv[r], qv);
+    }
+  } else {
+    POLYATTN_UNROLL
+    for (int g = 0; g < NG; ++g) {
+      const __m512i qv = _mm512_load_si512(qc + g * q_stride);
+      POLYATTN_UNROLL
+      for (int r = 0; r < R; ++r) {
+        acc[r][g] = _mm512_dpbusd_epi32(acc[r][g], load(k[r] + g * group_stride), qv);
+        for (int t = 0; t < ticks; ++t) tick_asks(next, asks);
+      }
+    }
+  }
+}
+
+/// score_rows for the avx512vnni_scores policy (exec/cpu/int8_scores.hpp): NG heads' scores
+/// against int8 key codes by vpdpbusd, each instruction 64 byte products summed exactly into 16
+/// int32 lanes; the lanes in fp32 through sum_each as in score_rows (exact integers while the sums
+/// stay under 2^24), then (sum - 128 sum_i c_g[i]) times head g's step. `q`: the heads' scaled
+/// queries in fp32, row stride q_stride, rounded here to codes (QueryCodes, the policy's one
+/// rounding) as they are packed into 64-element chunks (zero past the key's last element); the
+/// rows R at a time as score_rows takes them.
+template <class Arch, int NG, bool SharedKey, class Next>
+[[gnu::target("avx512vnni")]] void score_rows_int8_dot(const float* q, std::ptrdiff_t q_stride, const KeyTile<std::int8_t, Next>& keys,
+                                                       float* scores) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr int W = int(B::size);
+  // 2 rows at most: with score_rows' 4 for 6 heads of a shared key (24 accumulators, 4 keys, the
+  // query and the sign bits), GCC 12 kept the accumulators on the stack, and XCache's pass over
+  // keys of 384 took 1.6-1.7x as long (one core, tile in L1; bench_decode_tile's set-up).
+  constexpr int R = SharedKey ? (NG >= 4 ? 2 : 1) : std::min(2, rows_per_block<Arch, NG>());
+  const int whole = keys.dim / 64, rest = keys.dim % 64, chunks = whole + (rest > 0);
+  const __mmask64 all = ~__mmask64(0), tail = rest ? (__mmask64(1) << rest) - 1 : all;
+  const int tail_ticks = rest / W;  // as score_loads_per_row counts a key's vectors: whole ones
+  // The packed codes: head g's chunk c at qc + (g * chunks + c) * 64, with each head's step and
+  // offset; kept for the next tile while the queries are the same (compared by their bits, so
+  // that a tile never scores with another query's codes). A step's tiles of one sequence and
+  // block of heads share them: packing them per tile, MQA's score pass over keys of 64 took 2.5x
+  // the default's time at one block of 16 rows and 1.4x at a whole tile (one core, tile in L1).
+  struct Packed {
+    std::vector<float> source;  // the queries packed, NG rows of dim
+    polyattn::detail::CacheLineVector<std::int8_t> codes;
+    float step[NG], offset[NG];
+    int dim = -1;
+  };
+  thread_local Packed packed;
+  bool same = packed.dim == keys.dim;
+  for (int g = 0; same && g < NG; ++g)
+    same = std::memcmp(packed.source.data() + std::ptrdiff_t(g) * keys.dim, q + g * q_stride, sizeof(float) * std::size_t(keys.dim)) == 0;
+  if (!same) {
+    packed.dim = keys.dim;
+    packed.source.resize(std::size_t(NG) * std::size_t(keys.dim));
+    packed.codes.resize(std::size_t(NG) * std::size_t(chunks) * 64);  // every element written below
+    const auto lanes = [&](int e) { return e >= 16 ? __mmask16(0xffff) : e > 0 ? __mmask16((1u << e) - 1) : __mmask16(0); };
+    for (int g = 0; g < NG; ++g) {
+      const float* src = q + g * q_stride;
+      std::memcpy(packed.source.data() + std::ptrdiff_t(g) * keys.dim, src, sizeof(float) * std::size_t(keys.dim));
+      __m512 largest = _mm512_setzero_ps();
+      __mmask16 unordered = 0;
+      for (int i = 0; i < keys.dim; i += 16) {
+        const __m512 x = _mm512_maskz_loadu_ps(lanes(keys.dim - i), src + i);
+        largest = _mm512_max_ps(largest, _mm512_abs_ps(x));
+        unordered |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+      }
+      // (Lanes summed and compared through memory: GCC 12 warns of the undefined halves in
+      // _mm512_reduce_*'s extracts.)
+      alignas(64) float lane_max[16];
+      _mm512_store_ps(lane_max, largest);
+      const QueryCodes codes = QueryCodes::of(unordered ? NAN : *std::max_element(lane_max, lane_max + 16));
+      const __m512 inverse = _mm512_set1_ps(codes.inverse);
+      __m512i code_sum = _mm512_setzero_si512();
+      for (int c = 0; c < chunks; ++c) {
+        __m512i chunk = _mm512_setzero_si512();
+        for (int v = 0; v < 4; ++v) {  // nearest, ties to even (the MXCSR's mode), as QueryCodes::code
+          const int at = c * 64 + v * 16;
+          const __m512i x = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(keys.dim - at), src + at), inverse));
+          code_sum = _mm512_add_epi32(code_sum, x);
+          chunk = _mm512_inserti32x4(chunk, _mm512_cvtsepi32_epi8(x), 0);
+          chunk = _mm512_alignr_epi32(chunk, chunk, 4);  // rotate: the four quarters end in order
+        }
+        _mm512_store_si512(packed.codes.data() + (std::ptrdiff_t(g) * chunks + c) * 64, chunk);
+      }
+      packed.step[g] = codes.step;
+      alignas(64) std::int32_t lane_sum[16];
+      _mm512_store_si512(lane_sum, code_sum);
+      std::int32_t sum = 0;
+      for (const std::int32_t x : lane_sum) sum += x;
+      packed.offset[g] = 128.0f * float(sum);
+    }
+  }
+  const std::int8_t* const qc = packed.codes.data();
+  const float* const step = packed.step;
+  const float* const offset = packed.offset;
+  const TileRows<std::int8_t> rows = keys.rows;  // a local copy, kept in registers (score_rows)
+  alignas(64) B partial[NG][W];
+  int asks = asks_left(keys.next);
+  for (int j0 = 0; j0 < keys.count; j0 += W) {
+    for (int jj = 0; jj < W; jj += R) {
+      const std::int8_t* k[R];
+      for (int r = 0; r < R; ++r) {  // rows past the tile repeat its last row: valid memory, scores unused
+        k[r] = rows[std::min(j0 + jj + r, keys.count - 1)];
+        if (keys.next && j0 + jj + r < keys.count) keys.next->score_step(j0 + jj + r);
+      }
+      __m512i acc[R][NG];
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < NG; ++g) acc[r][g] = _mm512_setzero_si512();
+      for (int c = 0; c < whole; ++c) {
+        const std::int8_t* kc[R];
+        for (int r = 0; r < R; ++r) kc[r] = k[r] + c * 64;
+        int8_dot_chunk<R, NG, SharedKey, false>(qc + c * 64, std::ptrdiff_t(chunks) * 64, kc, keys.group_stride, all, 4, keys.next, asks, acc);
+      }
+      if (rest) {
+        const std::int8_t* kc[R];
+        for (int r = 0; r < R; ++r) kc[r] = k[r] + whole * 64;
+        int8_dot_chunk<R, NG, SharedKey, true>(qc + whole * 64, std::ptrdiff_t(chunks) * 64, kc, keys.group_stride, tail, tail_ticks,
+                                               keys.next, asks, acc);
+      }
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < NG; ++g) partial[g][jj + r] = B(_mm512_cvtepi32_ps(acc[r][g]));
+    }
+    for (int g = 0; g < NG; ++g) ((sum_each<Arch>(partial[g]) - B(offset[g])) * B(step[g])).store_unaligned(scores + g * kTile + j0);
+  }
+  keep_asks_left(keys.next, asks);
+}
+
+/// score_tile for the reduced-precision policies (avx512bf16_scores over bfloat16 keys,
+/// avx512vnni_scores over int8 keys): every group in blocks of up to 8 heads
+/// (row_heads_per_block's, as score_rows takes them), each block by the policy's score_rows.
+template <class Arch, class T, class Next>
+void score_tile_by_dot(const float* q, int group, const KeyTile<T, Next>& keys, float* scores) {
   const auto by_blocks = [&]<bool SharedKey>(std::bool_constant<SharedKey>) {
-    for_each_head_block(group, row_heads_per_block<Arch, SharedKey>(group), keys, [&](int g0, int heads, const KeyTile<Eigen::bfloat16, Next>& block) {
+    for_each_head_block(group, row_heads_per_block<Arch, SharedKey>(group), keys, [&](int g0, int heads, const KeyTile<T, Next>& block) {
       with_count<kSharedRowHeads<Arch>>(heads, [&](auto ng) {
-        score_rows_bf16_dot<Arch, decltype(ng)::value, SharedKey>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
+        constexpr int NG = decltype(ng)::value;
+        if constexpr (std::is_same_v<T, std::int8_t>)
+          score_rows_int8_dot<Arch, NG, SharedKey>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
+        else
+          score_rows_bf16_dot<Arch, NG, SharedKey>(q + g0 * keys.dim, keys.dim, block, scores + g0 * kTile);
       });
     });
   };
@@ -740,11 +903,14 @@ void score_tile_fp32(const float* q, int group, const KeyTile<T, Next>& keys, fl
 }
 
 /// scores[g][j] for all `group` heads of a tile: score_tile_fp32, or for the bfloat16 keys the
-/// avx512bf16_scores policy takes (bf16_dot_key) score_tile_bf16_dot.
+/// avx512bf16_scores policy takes (bf16_dot_key) and the int8 keys the avx512vnni_scores policy
+/// takes (int8_dot_key) score_tile_by_dot.
 template <class Arch, class T, class Next>
 void score_tile(const float* q, int group, const KeyTile<T, Next>& keys, float* scores) {
   if constexpr (bf16_dot_scores<Arch, T>())
-    if (bf16_dot_key(keys.dim)) return score_tile_bf16_dot<Arch>(q, group, keys, scores);
+    if (bf16_dot_key(keys.dim)) return score_tile_by_dot<Arch>(q, group, keys, scores);
+  if constexpr (int8_dot_scores<Arch, T>())
+    if (int8_dot_key(keys.dim)) return score_tile_by_dot<Arch>(q, group, keys, scores);
   score_tile_fp32<Arch>(q, group, keys, scores);
 }
 

@@ -40,6 +40,7 @@
 #include "polyattn/core/key_mask.hpp"
 #include "polyattn/exec/cpu/attend_jobs.hpp"
 #include "polyattn/exec/cpu/bf16_scores.hpp"
+#include "polyattn/exec/cpu/int8_scores.hpp"
 
 namespace polyattn::exec {
 
@@ -66,9 +67,11 @@ bool cpu_runs() {
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   } else if constexpr (std::is_same_v<Arch, avx512bf16_scores>) {
     return cpu_runs<xsimd::avx512bw>() && cpu_runs_avx512bf16();
+  } else if constexpr (std::is_same_v<Arch, avx512vnni_scores>) {
+    return cpu_runs<xsimd::avx512bw>() && cpu_runs_avx512vnni();
   } else {
-    static_assert(sizeof(Arch) == 0, "polyattn: DispatchCpuSimd knows the CPU checks of xsimd::fma3<xsimd::avx2>, xsimd::avx512bw "
-                                     "and cpu::avx512bf16_scores");
+    static_assert(sizeof(Arch) == 0, "polyattn: DispatchCpuSimd knows the CPU checks of xsimd::fma3<xsimd::avx2>, xsimd::avx512bw, "
+                                     "cpu::avx512bf16_scores and cpu::avx512vnni_scores");
     return false;
   }
 #else
