@@ -43,6 +43,7 @@
 #include "support/latent_oracle.hpp"
 #include "support/latent_scenarios.hpp"
 #include "support/mha_layer.hpp"
+#include "support/query_rounding_scenarios.hpp"
 #include "support/rounded_cache.hpp"
 
 #if POLYATTN_HAS_BF16_SCORES
@@ -67,85 +68,6 @@ bool cpu_has_policy() {
 /// The query Reference is given so that it scores with the policy's: bfloat16(q s) / s.
 RowMatrixXf policy_query(const RowMatrixXf& q, float s) {
   return q.unaryExpr([s](float x) { return exec::cpu::round_to_bfloat16(x * s) / s; });
-}
-
-template <class V, class L>
-void check_kv_sharing_variant(int head_dim) {
-  const AttentionShape shape{6, head_dim};
-  const int kv_width = V::kv_heads(shape) * head_dim, q_width = shape.query_width();
-  const float s = float(1.0 / std::sqrt(double(head_dim)));
-  const bool rounds = exec::cpu::bf16_dot_key(head_dim);
-  const CacheConfig cache{.max_sequences = 3, .capacity = 310, .poison_unused = true};
-  Attention<V, L, Policy, bf16> policy(shape, cache, {}, 2);
-  // Two Reference layers over the same history (the same keys and values): one is given q' at
-  // decode, the other q.
-  Attention<V, L, exec::Reference, bf16> ref(shape, cache, {}, 2), ref_plain(shape, cache, {}, 2);
-  std::mt19937 rng(7 + head_dim);
-  // Tight: the fp32 bound; q' costs each query element 2 roundings (q~ / s, and s again inside).
-  const double tight = fp32_attention_tolerance(head_dim, 303) + 2 * (2 * 0x1p-24 * std::sqrt(double(head_dim)));
-  // Against q itself: ds <= 2^-8 s sum |q k| <= 2^-8 sqrt(dk) on top of the fp32 error.
-  const double ds = 0x1p-8 * std::sqrt(double(head_dim)) * (1 + 0x1p-20);
-  const double loose = fp32_attention_tolerance(head_dim, 303) + std::expm1(2 * ds);
-  INFO(decltype(policy)::name(), ", head_dim ", head_dim);
-  std::vector<int> seqs;
-  double prefill_diff = 0;
-  for (int length : {300, 1, 13}) {  // 300: split across the two threads
-    seqs.push_back(policy.open_sequence());
-    CHECK(ref.open_sequence() == seqs.back());
-    CHECK(ref_plain.open_sequence() == seqs.back());
-    const RowMatrixXf q = random_matrix(length, q_width, rng), k = random_matrix(length, kv_width, rng),
-                      v = random_matrix(length, kv_width, rng);
-    RowMatrixXf got(length, q_width), want(length, q_width);
-    policy.prefill(seqs.back(), q, {k, v}, Mask::causal, got);
-    ref.prefill(seqs.back(), q, {k, v}, Mask::causal, want);
-    ref_plain.prefill(seqs.back(), q, {k, v}, Mask::causal, want);
-    prefill_diff = std::max(prefill_diff, max_abs_diff(got, want));
-  }
-  CHECK(prefill_diff <= loose);
-  std::reverse(seqs.begin(), seqs.end());
-  double tight_diff = 0, loose_diff = 0, moved = 0;
-  for (int step = 0; step < 3; ++step) {
-    const RowMatrixXf q = random_matrix(3, q_width, rng), k = random_matrix(3, kv_width, rng), v = random_matrix(3, kv_width, rng);
-    RowMatrixXf got(3, q_width), want(3, q_width), plain(3, q_width);
-    policy.decode(seqs, q, {k, v}, got);
-    ref.decode(seqs, rounds ? policy_query(q, s) : q, {k, v}, want);
-    ref_plain.decode(seqs, q, {k, v}, plain);
-    tight_diff = std::max(tight_diff, max_abs_diff(got, want));
-    loose_diff = std::max(loose_diff, max_abs_diff(got, plain));
-    moved = std::max(moved, max_abs_diff(want, plain));
-  }
-  CHECK(tight_diff <= tight);
-  CHECK(loose_diff <= loose);
-  // The rounding is there to see: the two References differ by more than the tight bound, so a
-  // policy that did not round the query (or scored with another) would fail the tight check. At
-  // 64 the policy keeps the default pass (bf16_dot_key): no rounding, the fp32 bound.
-  if (rounds)
-    CHECK(moved > tight);
-  else
-    CHECK(moved == 0);
-  MESSAGE(decltype(policy)::name(), ", head_dim ", head_dim, ": policy vs Reference(q') ", tight_diff, " (bound ", tight, "); vs Reference(q) ",
-          loose_diff, " (bound ", loose, "; the rounding alone moves ", moved, ")");
-}
-
-template <class V, class L>
-void check_converted_variant() {
-  const AttentionShape shape{6, 20};  // input width 120 (3 chunks of 32 and 24), heads of 20 (a chunk's tail)
-  std::mt19937 rng(23);
-  const LayerModel m = random_layer_model(shape, 10.0, rng);
-  const Script s = Script::random(shape.input_width(), rng, 4, 0.0, 1);
-  Attention<V, L, Policy, bf16> policy(shape, script_cache(), params_for<V>(m), 2);
-  Attention<V, L, exec::Reference, bf16> ref(shape, script_cache(), params_for<V>(m), 2);
-  // The key and value norms are measured on the unrounded rows: bfloat16 grows them by 1 + 2^-8.
-  const double growth = 1 + 0x1p-8;
-  const double tol = executor_tolerance<V>(m, s, script_cache().capacity, 0x1p-8) * growth * growth;
-  // The default AVX-512 kernels over the same cache: the policy is those kernels but for the
-  // bfloat16 score pass, and both are deterministic (the same split over the threads, the same
-  // order of sums), so their outputs differ only if that pass ran.
-  Attention<V, L, exec::BasicCpuSimd<xsimd::avx512bw>, bf16> fp32(shape, script_cache(), params_for<V>(m), 2);
-  INFO(decltype(policy)::name());
-  const RowMatrixXf got = run_script(policy, m, s);
-  CHECK(max_abs_diff(got, run_script(ref, m, s)) <= tol);
-  CHECK(max_abs_diff(got, run_script(fp32, m, s)) > 0);
 }
 
 /// The largest score move the policy's rounding can cause for queries q (rows, query_width) against
@@ -355,14 +277,19 @@ TEST_CASE_TEMPLATE("bfloat16 scores: Mha, Gqa and Mqa decode as Reference with t
                    Combo<Gqa<2>, Hnd, Policy, bf16>, Combo<Gqa<2>, Paged<16>, Policy, bf16>, Combo<Mqa, Hnd, Policy, bf16>,
                    Combo<Mqa, Nhd, Policy, bf16>, Combo<Mqa, Paged<16>, Policy, bf16>) {
   if (!cpu_has_policy()) return;
-  for (int head_dim : {17, 64, 72}) check_kv_sharing_variant<typename C::variant, typename C::layout>(head_dim);
+  for (int head_dim : {17, 64, 72}) {
+    // Against q itself: ds <= 2^-8 s sum |q k| <= 2^-8 sqrt(dk), q and k in [-1, 1].
+    const auto rounding = query_rounding(policy_query, exec::cpu::bf16_dot_key(head_dim), 0x1p-8 * std::sqrt(double(head_dim)) * (1 + 0x1p-20));
+    check_kv_sharing_under_policy<typename C::variant, typename C::layout, Policy, bf16>(head_dim, rounding, 7 + head_dim);
+  }
 }
 
 TEST_CASE_TEMPLATE("bfloat16 scores: SlimK2 and XCache within executor_tolerance with the query's rounding", C,
                    Combo<SlimK2, Hnd, Policy, bf16>, Combo<SlimK2, Paged<16>, Policy, bf16>, Combo<XCache, Hnd, Policy, bf16>,
                    Combo<XCache, Paged<16>, Policy, bf16>) {
   if (!cpu_has_policy()) return;
-  check_converted_variant<typename C::variant, typename C::layout>();
+  // (Each scaled query element rounded to a relative 2^-8.)
+  check_converted_under_policy<typename C::variant, typename C::layout, Policy, exec::BasicCpuSimd<xsimd::avx512bw>, bf16>(0x1p-8, 23);
 }
 
 TEST_CASE("bfloat16 scores: DispatchCpuSimd runs the policy exactly where the CPU has AVX512-BF16") {
