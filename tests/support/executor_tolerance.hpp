@@ -29,6 +29,17 @@ inline double max_slice_norm(const RowMatrixXf& m, int width) {
 /// |e| times it (Cauchy-Schwarz).
 inline double max_column_norm(const RowMatrixXf& m) { return double(m.colwise().norm().maxCoeff()); }
 
+/// How much rounding to T can grow the 2-norm of a row of `width` elements: by (1 + u) for a
+/// 16-bit T; for int8 each element moves by at most half its segment's step, max|x| / 254 <=
+/// |x|_2 / 254, so the row by sqrt(width) / 254 of its norm (plus the decode's 2^-24).
+template <class T>
+double norm_growth(int width) {
+  if constexpr (std::is_same_v<T, std::int8_t>)
+    return 1 + std::sqrt(double(width)) / 254 + 0x1p-24;
+  else
+    return 1 + unit_roundoff<T>();
+}
+
 /// Bound on |y_a - y_b| per entry when two executors run `s` through variant V (SlimK option 2
 /// without RoPE, or XCache) on model `m`, one of them in fp32 (the other, Reference, is exact up
 /// to its final rounding), over at most `tokens` cached tokens per sequence.
@@ -46,19 +57,9 @@ inline double max_column_norm(const RowMatrixXf& m) { return double(m.colwise().
 /// `query_roundoff` u_q: one executor rounds the (scaled) query before its dot products so that
 /// |q~_h - q_h| <= u_q |q_h| in 2-norm (exec::CpuSimdBf16Scores, each element to a relative 2^-8:
 /// 2^-8; exec::CpuSimdInt8Scores, each to half a step of max|q_h| / 127: sqrt(dk) / 254 (1 +
-/// 2^-14)), which moves a score by at most u_q scale |q_h| |k| more (Cauchy-Schwarz); the weights then move by a relative exp(2 ds) - 1 at most, which the
-/// first-order 2 ds bounds only for small ds.
-/// How much rounding to T can grow the 2-norm of a row of `width` elements: by (1 + u) for a
-/// 16-bit T; for int8 each element moves by at most half its segment's step, max|x| / 254 <=
-/// |x|_2 / 254, so the row by sqrt(width) / 254 of its norm (plus the decode's 2^-24).
-template <class T>
-double norm_growth(int width) {
-  if constexpr (std::is_same_v<T, std::int8_t>)
-    return 1 + std::sqrt(double(width)) / 254 + 0x1p-24;
-  else
-    return 1 + unit_roundoff<T>();
-}
-
+/// 2^-14)), which moves a score by at most u_q scale |q_h| |k| more (Cauchy-Schwarz); the weights
+/// then move by a relative exp(2 ds) - 1 at most, which the first-order 2 ds bounds only for
+/// small ds.
 template <class V>
 double executor_tolerance(const LayerModel& m, const Script& s, int tokens, double query_roundoff = 0) {
   const AttentionShape shape = m.shape;
