@@ -8,9 +8,12 @@
 //   bench_decode_tile --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 //
 // Cases: BM_DecodeTile<Shape, T>/resident_KiB:R/pass:P (R rounded down to whole tiles, one at
-// least), P 0: score pass, 1: value pass, 2: both, with the asks for the next tile. Counters: ns_per_row; of_fma_peak, the shape's multiply-adds
-// per row (score G x key_dim, value G x value_dim) over one thread's FMA probe; GB_per_s of rows
-// read (key and value rows; once where the values live in the key rows).
+// least), P 0: score pass, 1: value pass, 2: both, with the asks for the next tile. T is float,
+// half, bfloat16 or int8; int8 rows are codes and then a scale per segment, as the variants store
+// them, and their passes apply the scales as attend_chunk does (scale_by_segment on the scores,
+// accumulate_int8_tile). Counters: ns_per_row; of_fma_peak, the shape's multiply-adds per row
+// (score G x key_dim, value G x value_dim) over one thread's FMA probe; GB_per_s of rows read
+// (key and value rows, with their scales; once where the values live in the key rows).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -61,12 +64,16 @@ double one_core_fma_rate() {
   return rate;
 }
 
-/// The rows every case reads, written once (small values: no denormals, no infinities).
+/// The rows every case reads, written once (small values: no denormals, no infinities). int8
+/// codes are 16..56: any 4 of them, read as a row's scale (which every row stride places
+/// elsewhere in the shared buffer), are a normal float of 2^-95..2^-14, and so are the products
+/// the passes form from them.
 template <class T>
 const polyattn::detail::ZeroedBuffer<T>& row_buffer(std::size_t elements) {
   static const auto buffer = [elements] {
     polyattn::detail::ZeroedBuffer<T> b(elements, /*huge_pages=*/true);
-    for (std::size_t i = 0; i < b.size(); ++i) b.data()[i] = T(float(int(i % 61) - 30) * 0.01f);
+    for (std::size_t i = 0; i < b.size(); ++i)
+      b.data()[i] = std::is_same_v<T, std::int8_t> ? T(16 + int(i % 41)) : T(float(int(i % 61) - 30) * 0.01f);
     return b;
   }();
   return buffer;
@@ -79,10 +86,15 @@ void BM_DecodeTile(benchmark::State& state) {
   constexpr TileShape s = Shape::shape;
   const std::size_t resident = std::size_t(state.range(0)) * 1024;
   const int pass = int(state.range(1));
-  const std::size_t row_bytes = std::size_t(s.row) * sizeof(T) * (s.values_in_key_rows ? 1 : 2);
+  // An int8 row's codes are followed by a scale per segment (core/row_scales.hpp), as the
+  // variants store them: a segment is what one head reads (SlimK2's slice, else the whole row).
+  constexpr bool int8 = std::is_same_v<T, std::int8_t>;
+  constexpr polyattn::RowScales scales{int8 ? s.row : 0, s.group_stride ? s.group_stride : s.row};
+  constexpr int stride = int8 ? scales.stored_elements() : s.row;  // elements from one row to the next
+  const std::size_t row_bytes = std::size_t(stride) * sizeof(T) * (s.values_in_key_rows ? 1 : 2);
   const int tiles = int(std::max<std::size_t>(1, resident / (row_bytes * kTile)));
   // Key rows of tile t at t * kTile rows; value rows of their own after all key rows.
-  const std::size_t key_elements = std::size_t(tiles) * kTile * std::size_t(s.row);
+  const std::size_t key_elements = std::size_t(tiles) * kTile * std::size_t(stride);
   const auto& buffer = row_buffer<T>((std::size_t(1) << 30) / sizeof(T));  // 1 GiB, shared by every case of T
   const T* keys = buffer.data();
   const T* values = s.values_in_key_rows ? keys : keys + key_elements;
@@ -90,29 +102,40 @@ void BM_DecodeTile(benchmark::State& state) {
   // 1.1x as long in L2.
   const ScratchFloats queries(std::size_t(s.group) * std::size_t(s.key_dim), 0.01f);
   ScratchFloats scores(std::size_t(s.group) * kTile + 64, 0.0f), acc(std::size_t(s.group) * std::size_t(s.value_dim), 0.0f);
+  ScratchFloats weights(std::size_t(s.group) * kTile, 0.0f);  // int8: the weights times the scales
   for (auto _ : state) {
     for (int t = 0; t < tiles; ++t) {
-      const std::ptrdiff_t first = std::ptrdiff_t(t) * kTile * s.row;
+      const std::ptrdiff_t first = std::ptrdiff_t(t) * kTile * stride;
       polyattn::exec::cpu::NextTile<> next;
       if (pass == 2 && t + 1 < tiles) {  // the next tile's rows, asked for as attend_chunk asks (Hnd)
-        const std::ptrdiff_t stride = std::ptrdiff_t(s.row) * std::ptrdiff_t(sizeof(T));
-        const polyattn::exec::cpu::NextTile<>::Lines next_keys{reinterpret_cast<const char*>(keys + first + std::ptrdiff_t(kTile) * s.row),
-                                                             stride, s.row * int(sizeof(T))};
+        const std::ptrdiff_t bytes = std::ptrdiff_t(stride) * std::ptrdiff_t(sizeof(T));
+        const polyattn::exec::cpu::NextTile<>::Lines next_keys{reinterpret_cast<const char*>(keys + first + std::ptrdiff_t(kTile) * stride),
+                                                             bytes, stride * int(sizeof(T))};
         polyattn::exec::cpu::NextTile<>::Lines next_values;
         if (!s.values_in_key_rows)
-          next_values = {reinterpret_cast<const char*>(values + first + std::ptrdiff_t(kTile) * s.row), stride, s.row * int(sizeof(T))};
+          next_values = {reinterpret_cast<const char*>(values + first + std::ptrdiff_t(kTile) * stride), bytes, stride * int(sizeof(T))};
         next.add(next_keys, next_values, kTile);
         next.pace(polyattn::exec::cpu::score_loads_per_row<TileArch>(s.group, s.key_dim, s.group_stride == 0) +
                   polyattn::exec::cpu::value_loads_per_row<TileArch>(s.group, s.value_dim));
       }
       polyattn::exec::cpu::NextTile<>* asks = next.count ? &next : nullptr;
       if (pass != 1) {
-        const polyattn::exec::cpu::KeyTile<T> tile{{keys + first, s.row}, s.group_stride, s.key_dim, kTile, asks};
+        const polyattn::exec::cpu::KeyTile<T> tile{{keys + first, stride}, s.group_stride, s.key_dim, kTile, asks};
         polyattn::exec::cpu::score_tile<TileArch>(queries.data(), s.group, tile, scores.data());
+        if constexpr (int8)  // the scores times their segment's scales, as attend_chunk applies them
+          for (int g = 0; g < s.group; g = s.group_stride ? g + 1 : s.group)
+            polyattn::exec::cpu::scale_by_segment<TileArch>(scores.data() + g * kTile, s.group_stride ? 1 : s.group, tile.rows, kTile,
+                                                            scales, s.group_stride ? g : 0, scores.data() + g * kTile);
       }
-      if (pass != 0)
-        polyattn::exec::cpu::accumulate_tile<TileArch>(scores.data(), s.group, polyattn::exec::cpu::TileRows{values + first, s.row}, kTile, acc.data(),
-                                                   s.value_dim, next.paced() ? asks : nullptr);
+      const polyattn::exec::cpu::TileRows<T> value_rows{values + first, stride};
+      if constexpr (int8) {
+        if (pass != 0)
+          polyattn::exec::cpu::accumulate_int8_tile<TileArch>(scores.data(), s.group, value_rows, kTile, scales, weights.data(), acc.data(),
+                                                          next.paced() ? asks : nullptr);
+      } else if (pass != 0) {
+        polyattn::exec::cpu::accumulate_tile<TileArch>(scores.data(), s.group, value_rows, kTile, acc.data(), s.value_dim,
+                                                   next.paced() ? asks : nullptr);
+      }
       next.ask_rest();
     }
     benchmark::DoNotOptimize(acc.data());
@@ -120,7 +143,7 @@ void BM_DecodeTile(benchmark::State& state) {
   }
   const double rows = double(tiles) * kTile;
   const double macs = double(s.group) * ((pass != 1 ? s.key_dim : 0) + (pass != 0 ? s.value_dim : 0));
-  const double bytes = double(s.row) * double(sizeof(T)) * (s.values_in_key_rows ? 1.0 : double((pass != 1) + (pass != 0)));
+  const double bytes = double(stride) * double(sizeof(T)) * (s.values_in_key_rows ? 1.0 : double((pass != 1) + (pass != 0)));
   using benchmark::Counter;
   state.counters["ns_per_row"] = Counter(rows * 1e-9, Counter::kIsIterationInvariantRate | Counter::kInvert);
   state.counters["of_fma_peak"] = Counter(rows * macs / one_core_fma_rate(), Counter::kIsIterationInvariantRate);
@@ -150,6 +173,10 @@ BENCHMARK(BM_DecodeTile<SlimK2, Eigen::bfloat16>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<XCache, float>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<XCache, Eigen::half>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<XCache, Eigen::bfloat16>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<Mha, std::int8_t>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<Mqa, std::int8_t>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<SlimK2, std::int8_t>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<XCache, std::int8_t>)->Apply(TileCases);
 #if POLYATTN_HAS_BF16_SCORES
 // XCache's bfloat16 under the bfloat16 scores policy (exec/cpu/bf16_scores.hpp), whose score pass
 // is its own (the other shapes' keys of 64 keep the default pass there).
