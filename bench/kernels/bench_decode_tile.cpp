@@ -10,7 +10,7 @@
 // Cases: BM_DecodeTile<Shape, T>/resident_KiB:R/pass:P (R rounded down to whole tiles, one at
 // least), P 0: score pass, 1: value pass, 2: both, with the asks for the next tile. T is float,
 // half, bfloat16 or int8; int8 rows are codes and then a scale per segment, as the variants store
-// them, and their passes apply the scales as attend_chunk does (scale_by_segment on the scores,
+// them, and their passes apply the scales as attend_chunk does (scale_scores_by_segment on the scores,
 // accumulate_int8_tile). Counters: ns_per_row; of_fma_peak, the shape's multiply-adds per row
 // (score G x key_dim, value G x value_dim) over one thread's FMA probe; GB_per_s of rows read
 // (key and value rows, with their scales; once where the values live in the key rows).
@@ -123,9 +123,7 @@ void BM_DecodeTile(benchmark::State& state) {
         const polyattn::exec::cpu::KeyTile<T> tile{{keys + first, stride}, s.group_stride, s.key_dim, kTile, asks};
         polyattn::exec::cpu::score_tile<TileArch>(queries.data(), s.group, tile, scores.data());
         if constexpr (int8)  // the scores times their segment's scales, as attend_chunk applies them
-          for (int g = 0; g < s.group; g = s.group_stride ? g + 1 : s.group)
-            polyattn::exec::cpu::scale_by_segment<TileArch>(scores.data() + g * kTile, s.group_stride ? 1 : s.group, tile.rows, kTile,
-                                                            scales, s.group_stride ? g : 0, scores.data() + g * kTile);
+          polyattn::exec::cpu::scale_scores_by_segment<TileArch>(scores.data(), s.group, tile.rows, kTile, scales, 0, s.group_stride);
       }
       const polyattn::exec::cpu::TileRows<T> value_rows{values + first, stride};
       if constexpr (int8) {

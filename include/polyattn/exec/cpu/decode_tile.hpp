@@ -1093,6 +1093,21 @@ template <class Arch>
     for (int g = 0; g < group; ++g) out[g * kTile + j] = p[g * kTile + j] * scales[j];
 }
 
+/// score_tile's scores of `group` heads over an int8 tile (dot products with the codes) times
+/// their keys' scales, in place: head g's key starts at element key_offset + g * group_stride of
+/// each row (group_stride 0: one key for all), so the heads whose keys lie in one segment (all of
+/// them where they share a key; SlimK2's slices, a segment each) are scaled together by
+/// scale_by_segment. `rows`: the tile's stored rows, each from its first element.
+template <class Arch>
+[[gnu::always_inline]] inline void scale_scores_by_segment(float* scores, int group, TileRows<std::int8_t> rows, int n, RowScales layout,
+                                                           int key_offset, int group_stride) {
+  const auto segment_of = [&](int g) { return (key_offset + g * group_stride) / layout.segment; };
+  for (int g = 0, last; g < group; g = last) {
+    for (last = g + 1; last < group && segment_of(last) == segment_of(g);) ++last;
+    scale_by_segment<Arch>(scores + g * kTile, last - g, rows, n, layout, segment_of(g), scores + g * kTile);
+  }
+}
+
 /// Decode's value half over an int8 tile (rows of codes, their scales after them: `layout`):
 /// acc[g][:] += sum_j p[g][j] scale_j(s) codes_j[:] per segment s of the row, the scale folded
 /// into the weights (`w`: scratch of group * kTile floats), so the codes are read as they are.

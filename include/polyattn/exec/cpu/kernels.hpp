@@ -448,13 +448,8 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       Next* asks = next.count ? &next : nullptr;  // what the passes tick (nullptr: nothing)
       score_tile<Arch>(q + std::ptrdiff_t(h) * G * spec.key_dim, G,
                        KeyTile<T, Next>{key_rows.plus(spec.key_offset), std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n, asks}, scores);
-      if constexpr (int8) {  // the dot products were with the codes: times the scale of the segment head g read
-        const auto segment_of = [&](int g) { return (spec.key_offset + g * spec.key_group_stride) / spec.key_scales.segment; };
-        for (int g = 0, last; g < G; g = last) {  // heads g..last-1 read one segment (all of them, but for SlimK2)
-          for (last = g + 1; last < G && segment_of(last) == segment_of(g);) ++last;
-          scale_by_segment<Arch>(scores + g * kTile, last - g, key_rows, n, spec.key_scales, segment_of(g), scores + g * kTile);
-        }
-      }
+      if constexpr (int8)  // the dot products were with the codes: times the scale of the segment head g read
+        scale_scores_by_segment<Arch>(scores, G, key_rows, n, spec.key_scales, spec.key_offset, spec.key_group_stride);
       const bool dropped = softmax_step(h, scores, t, n);
       // A dropped token has weight 0, which adds nothing unless its value (or int8 scale) is not
       // finite (0 * inf is NaN): then each head takes only the tokens it sees.
