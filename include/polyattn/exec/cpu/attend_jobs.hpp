@@ -169,13 +169,14 @@ void attend_jobs(ExecutorState& state, const Store& store, const AttendSpec& spe
       // Whether the run's rows see the same keys, judged by its first and last rows: it only
       // sizes the blocks (block_rows), each block is exact whatever its rows see.
       const bool uniform = KeyMaskT::range(jobs[first]) == KeyMaskT::range(jobs[first + count - 1]);
-      const std::size_t rows = std::size_t(block_rows<Arch>(spec, uniform, int(count)));
+      const std::size_t rows = std::size_t(block_rows<default_kernels_t<Arch>>(spec, uniform, int(count)));
       for (std::size_t b = 0; b < count; b += rows) state.blocks.push_back(jobs.subspan(first + b, std::min(count - b, rows)));
     } else {
       state.single.insert(state.single.end(), jobs.begin() + std::ptrdiff_t(first), jobs.begin() + std::ptrdiff_t(first + count));
     }
   });
-  if (!state.blocks.empty()) detail::attend_blocks<Arch, KeyMaskT>(state, store, spec);
+  // Prefill's blocks keep the fp32 query under every policy: avx512bw's kernels (default_kernels).
+  if (!state.blocks.empty()) detail::attend_blocks<default_kernels_t<Arch>, KeyMaskT>(state, store, spec);
   if (state.single.size() == jobs.size())
     detail::attend_rows<Arch, KeyMaskT>(state, store, spec, jobs);
   else if (!state.single.empty())

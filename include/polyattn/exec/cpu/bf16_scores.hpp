@@ -7,7 +7,8 @@
 // products per instruction, straight from the cached bits (score_rows_bf16_dot in
 // decode_tile.hpp). Everything else is the default kernels': fp32 products and sums, the value
 // pass, the softmax, and the block kernel of prefill (runs of kMinBlockRows rows of one sequence,
-// attend_block.hpp), which keeps the fp32 query.
+// attend_block.hpp), which keeps the fp32 query: avx512bw's instances themselves (default_kernels
+// in decode_tile.hpp).
 //
 // What it changes, and the bound the tests check (tests/test_bf16_scores.cpp):
 //  - The query: q~ = bfloat16(q), |q~_i - q_i| <= 2^-8 |q_i| (round to nearest even, 8 significant

@@ -8,7 +8,8 @@
 // lanes (score_rows_int8_dot in decode_tile.hpp). vpdpbusd multiplies unsigned by signed bytes, so the key codes are offset by
 // 128 (an xor of their sign bits) and 128 times the sum of the query's codes is taken off once
 // per head. Everything else is the default kernels': the key and value scales, the value pass, the
-// softmax, and prefill's block kernel (which decodes int8 rows to fp32 and keeps the fp32 query).
+// softmax, and prefill's block kernel (which decodes int8 rows to fp32 and keeps the fp32 query):
+// avx512bw's instances themselves (default_kernels in decode_tile.hpp).
 //
 // What it changes, and the bound the tests check (tests/test_int8_scores.cpp):
 //  - The query of one head (the key_dim elements it dots with one key segment): a = max_i |q_i|,

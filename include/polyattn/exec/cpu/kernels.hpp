@@ -159,6 +159,7 @@ template <class Arch, class KeyMaskT = PrefixMask, class Store>
 void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& job, int first_head, int heads, int begin, int end,
                   const float* q, ChunkResult result, float* scores) {
   using T = std::remove_cvref_t<decltype(*store.row(0, 0, 0, 0))>;
+  using Base = default_kernels_t<Arch>;  // every pass but the scores: a policy's are avx512bw's
   constexpr bool int8 = is_scaled_int8<T>;
   const int G = spec.group, dv = spec.value_dim, seq = job.seq;
   std::fill_n(result.states, std::ptrdiff_t(heads) * G, SoftmaxState<float>{});
@@ -197,7 +198,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
   const int value_begin = int8 ? 0 : spec.value_offset;
   const int value_end = int8 ? spec.value_scales.stored_elements() : spec.value_offset + dv;
   // Vector loads of a row in both passes: the paced asks' clock (NextTile::pace).
-  const int loads_per_row = score_loads_per_row<Arch>(G, spec.key_dim, spec.key_group_stride == 0) + value_loads_per_row<Arch>(G, dv);
+  const int loads_per_row = score_loads_per_row<Base>(G, spec.key_dim, spec.key_group_stride == 0) + value_loads_per_row<Base>(G, dv);
   // A tile's rows from token `from`: one run of the store, or several (the pages of Paged<P>,
   // kTileRuns at most), kTile rows at most. `ends_run`: the tile takes its last run to the end,
   // so the next tile starts a run of its own.
@@ -233,10 +234,10 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
           for (int g = 0; g < G; ++g) s[g * kTile + j] = kNegativeInfinity<float>;
         }
     for (int g = 0; g < G; ++g) {
-      const float factor = states[g].raise_max(bound_and_max<Arch>(s + g * kTile, count));
+      const float factor = states[g].raise_max(bound_and_max<Base>(s + g * kTile, count));
       if (states[g].empty()) continue;  // every score so far -inf: this tile adds nothing to head g
-      if (factor != 1.0f) scale<Arch>(factor, acc + std::ptrdiff_t(g) * dv, dv);
-      states[g].sum += exp_shifted_sum<Arch>(s + g * kTile, count, states[g].max);
+      if (factor != 1.0f) scale<Base>(factor, acc + std::ptrdiff_t(g) * dv, dv);
+      states[g].sum += exp_shifted_sum<Base>(s + g * kTile, count, states[g].max);
     }
     return dropped;
   };
@@ -245,17 +246,17 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     if constexpr (int8)
       return scales_finite(values.data, values.stride, count, spec.value_scales);
     else
-      return all_finite<Arch>(values.data + spec.value_offset, values.stride, count, dv);
+      return all_finite<Base>(values.data + spec.value_offset, values.stride, count, dv);
   };
   // Only the tokens the mask keeps, of one run of values (`count` rows from token `first`, weights
   // w[g * kTile + j]), into head h: where a dropped token's value (or int8 scale) is not finite,
   // its weight 0 would still add NaN (0 * inf).
   const auto accumulate_kept = [&](int h, const float* w, CacheRun<T> values, int first, int count) {
     thread_local ScratchFloats decoded;  // int8: the run decoded to floats (int8_tile.hpp)
-    const auto rows = tile_rows<Arch>(values, count, spec.value_scales, decoded);
+    const auto rows = tile_rows<Base>(values, count, spec.value_scales, decoded);
     float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
     for (int g = 0; g < G; ++g)
-      accumulate_seen<Arch>(w + g * kTile, WeightIndex<false>{}, TileRows{rows.data + spec.value_offset, rows.stride}, count,
+      accumulate_seen<Base>(w + g * kTile, WeightIndex<false>{}, TileRows{rows.data + spec.value_offset, rows.stride}, count,
                             acc + std::ptrdiff_t(g) * dv, dv, [&](int j) { return KeyMaskT::keeps(job, first + j); });
   };
   // A head that has seen nothing keeps a zero accumulator: its -inf scores were not turned into
@@ -344,8 +345,8 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // bench/results/cpu_decode_variants/xeon105_2threads_2026-12-01_int8_page_order_ab.txt).
     if constexpr (!int8)
       if (heads_apart && run_count > 1 && separate_values) {
-        const int score_loads = score_loads_per_row<Arch>(G, spec.key_dim, spec.key_group_stride == 0);
-        const int value_loads = value_loads_per_row<Arch>(G, dv);
+        const int score_loads = score_loads_per_row<Base>(G, spec.key_dim, spec.key_group_stride == 0);
+        const int value_loads = value_loads_per_row<Base>(G, dv);
         // The asks of the pass over page i of head h: the next tile's page i (and, from the last
         // page, the next tile's pages past this tile's count), its keys or its values. The next
         // tile may have fewer pages, or none (the chunk's end): only its own are asked for.
@@ -382,7 +383,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
             if (dropped && !values_finite(values, runs[i].count))
               accumulate_kept(h, w, values, t + runs[i].offset, runs[i].count);
             else
-              accumulate_tile<Arch>(w, G, TileRows<T>{values.data + spec.value_offset, values.stride}, runs[i].count,
+              accumulate_tile<Base>(w, G, TileRows<T>{values.data + spec.value_offset, values.stride}, runs[i].count,
                                     result.acc + std::ptrdiff_t(h) * G * dv, dv, asks);
             next.ask_rest();
           }
@@ -449,7 +450,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       score_tile<Arch>(q + std::ptrdiff_t(h) * G * spec.key_dim, G,
                        KeyTile<T, Next>{key_rows.plus(spec.key_offset), std::ptrdiff_t(spec.key_group_stride), spec.key_dim, n, asks}, scores);
       if constexpr (int8)  // the dot products were with the codes: times the scale of the segment head g read
-        scale_scores_by_segment<Arch>(scores, G, key_rows, n, spec.key_scales, spec.key_offset, spec.key_group_stride);
+        scale_scores_by_segment<Base>(scores, G, key_rows, n, spec.key_scales, spec.key_offset, spec.key_group_stride);
       const bool dropped = softmax_step(h, scores, t, n);
       // A dropped token has weight 0, which adds nothing unless its value (or int8 scale) is not
       // finite (0 * inf is NaN): then each head takes only the tokens it sees.
@@ -459,9 +460,9 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
         if constexpr (int8) {
           thread_local ScratchFloats weights;
           weights.resize(std::size_t(G) * kTile);
-          accumulate_int8_tile<Arch>(scores, G, value_rows, n, spec.value_scales, weights.data(), acc, asks);
+          accumulate_int8_tile<Base>(scores, G, value_rows, n, spec.value_scales, weights.data(), acc, asks);
         } else {
-          accumulate_tile<Arch>(scores, G, value_rows.plus(spec.value_offset), n, acc, dv, asks);
+          accumulate_tile<Base>(scores, G, value_rows.plus(spec.value_offset), n, acc, dv, asks);
         }
       } else {
         for (int i = 0; i < run_count; ++i) accumulate_kept(h, scores + runs[i].offset, values[i], t + runs[i].offset, runs[i].count);
