@@ -10,9 +10,9 @@
 // Cases: BM_DecodeTile<Shape, T>/resident_KiB:R/pass:P (R rounded down to whole tiles, one at
 // least), P 0: score pass, 1: value pass, 2: both, with the asks for the next tile. T is float,
 // half, bfloat16 or int8; int8 rows are codes and then a scale per segment, as the variants store
-// them, and their passes apply the scales as attend_chunk does (scale_scores_by_segment on the scores,
-// accumulate_int8_tile). Counters: ns_per_row; of_fma_peak, the shape's multiply-adds per row
-// (score G x key_dim, value G x value_dim) over one thread's FMA probe; GB_per_s of rows read
+// them, and their passes apply the scales as attend_chunk does (scale_scores_by_segment on the
+// scores, accumulate_int8_tile). Counters: ns_per_row; of_fma_peak, the shape's multiply-adds per
+// row (score G x key_dim, value G x value_dim) over one thread's FMA probe; GB_per_s of rows read
 // (key and value rows, with their scales; once where the values live in the key rows).
 #include <algorithm>
 #include <cstddef>
