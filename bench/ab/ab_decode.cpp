@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -18,7 +17,7 @@
 #include <polyattn/variants/slim_k.hpp>
 #include <polyattn/variants/x_cache.hpp>
 
-#include "../kernels/support/variant_inputs.hpp"
+#include "../kernels/support/filled_decode.hpp"
 
 namespace {
 
@@ -31,21 +30,7 @@ struct Case {
 
 template <class V, class Layout, class T>
 Case make_case(int length, int batch) {
-  struct State {
-    AttentionShape shape{6, 64};
-    std::mt19937 rng{42};
-    std::unique_ptr<Attention<V, Layout, exec::CpuSimd, T>> attn;
-    std::vector<int> seqs;
-    RowMatrixXf q, out;
-  };
-  auto s = std::make_shared<State>();
-  const bench::Inputs<V> inputs(s->shape, s->rng);
-  s->attn = std::make_unique<Attention<V, Layout, exec::CpuSimd, T>>(
-      s->shape, CacheConfig{.max_sequences = batch, .capacity = length, .huge_pages = true}, bench::Inputs<V>::params(s->shape, s->rng), 0);
-  for (int b = 0; b < batch; ++b) s->seqs.push_back(s->attn->open_sequence());
-  bench::fill_cache(*s->attn, s->seqs, length, [&](auto& a, int seq, int n) { a.append(seq, inputs.rows(n)); });
-  s->q = bench::uniform(batch, V::query_width(s->shape), s->rng);
-  s->out = RowMatrixXf(batch, V::output_width(s->shape));
+  auto s = std::make_shared<bench::FilledDecode<V, Layout, T>>(length, batch);
   s->attn->attend(s->seqs, s->q, s->out);  // the first step after the fill is slower (decode_step.hpp)
   return {[s] {
     s->attn->attend(s->seqs, s->q, s->out);

@@ -7,43 +7,38 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <random>
 #include <string>
 #include <vector>
 
 #include <polyattn/polyattn.hpp>
 
 #include "support/decode_step.hpp"
+#include "support/filled_decode.hpp"
 #include "support/huge_page_share.hpp"
 #include "support/roofline.hpp"
-#include "support/variant_inputs.hpp"
 
 namespace polyattn::bench {
-
 
 inline constexpr double kMaxCacheBytes = 16.0 * (1ull << 30);
 
 /// args: context length L, batch.
 template <class V, class Layout, class T, class Executor = exec::CpuSimd>
 void BM_DecodeVariant(benchmark::State& state) {
-  const AttentionShape shape{6, 64};
+  using Case = FilledDecode<V, Layout, T, Executor>;
+  using A = typename Case::A;
+  constexpr AttentionShape shape = Case::shape;
   const int length = int(state.range(0)), batch = int(state.range(1));
-  using A = Attention<V, Layout, Executor, T>;
   if (double(A::cache_bytes_per_token(shape)) * length * batch > kMaxCacheBytes) {
     state.SkipWithError("cache over 16 GiB: skipped");
     return;
   }
-  std::mt19937 rng(42);
-  const Inputs<V> inputs(shape, rng);
   const double huge_bytes_before = anon_huge_page_bytes();
-  A attn(shape, {.max_sequences = batch, .capacity = length, .huge_pages = true}, Inputs<V>::params(shape, rng), 0);
-  std::vector<int> seqs;
-  for (int b = 0; b < batch; ++b) seqs.push_back(attn.open_sequence());
-  fill_cache(attn, seqs, length, [&](A& a, int seq, int n) { a.append(seq, inputs.rows(n)); });
+  Case filled(length, batch);
   const double huge_bytes_after = anon_huge_page_bytes();
-
-  const RowMatrixXf q = uniform(batch, V::query_width(shape), rng);
-  RowMatrixXf out(batch, V::output_width(shape));
+  A& attn = *filled.attn;
+  const std::vector<int>& seqs = filled.seqs;
+  const RowMatrixXf& q = filled.q;
+  RowMatrixXf& out = filled.out;
   // This case's roofs: the better of two probes each, just before and just after its timing. On
   // a VM both move within minutes (ReadProbe): an AMD EPYC Zen 5 VM's 2 threads switched between
   // about 45 and 80 GB/s, and the int8 cases, bound by arithmetic, ran 1.3x slower while the
