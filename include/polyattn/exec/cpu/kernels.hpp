@@ -181,7 +181,10 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
   // were left out; asked a line at a time (NextTile), MHA f32 took 0.96 and GQA<2> f32 0.97-0.98
   // of the time (Intel Xeon, Hnd, L 65536, batch 16, medians of 9 calls alternated in one process,
   // the same outputs). The part of a value row read: its values (an int8 row: codes and scales,
-  // the whole stored row).
+  // the whole stored row). With no asks at all for float rows of groups of 1-2 heads whose next
+  // tile continues the run, MHA f32 took 0.89-0.90 of the time on an AMD EPYC Zen 4 but 1.18 on a
+  // Zen 3 (GQA<2> f32 0.88-0.95 and 1.09), and with the key rows' asks alone 1.11-1.24 on the Zen
+  // 3 (bench/ab, L 65536, batch 16; the decode log, 2026-12-04 and 2026-12-06): kept on every CPU.
   // Adjacent heads (Nhd) with value rows of their own (MHA, GQA): every head's part of the next
   // tile's key and value rows, paced over all heads' passes (NextTile). Measured (AMD EPYC Zen 4,
   // L 65536, batch 16, three alternated rounds, best of 5) against asking the key rows whole in
