@@ -144,6 +144,29 @@ TEST_CASE("the thread pool runs every task once and propagates exceptions") {
   CHECK_THROWS_AS(ThreadPool(-1), ShapeError);
 }
 
+// A count of 0 is the cores the process may run on: a pool started under a one-CPU affinity
+// mask (taskset -c N, a container's cpuset) has one thread, not one per online CPU.
+TEST_CASE("a pool of 0 threads takes the cores of the affinity mask") {
+  CHECK(usable_cores() >= 1);
+  CHECK(ThreadPool(0).size() == usable_cores());
+#if defined(__linux__)
+  cpu_set_t before;
+  REQUIRE(sched_getaffinity(0, sizeof(before), &before) == 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &before)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
+  const int cores = usable_cores();
+  const int pool_size = ThreadPool(0).size();
+  REQUIRE(sched_setaffinity(0, sizeof(before), &before) == 0);  // (before any check can end the test)
+  CHECK(cores == 1);
+  CHECK(pool_size == 1);
+  CHECK(usable_cores() == CPU_COUNT(&before));
+#endif
+}
+
 // Issue #11, bug 5: the inline path (one thread, or one task) stopped at the first exception,
 // although the remaining tasks are documented to run.
 TEST_CASE("the inline path runs every task and rethrows the first exception") {

@@ -50,7 +50,7 @@ struct DecoderConfig {
   int max_audio = 0;      // audio windows open at once, each with its cross cache shared by its
                           // sequences (beams); 0 = max_sequences
   int audio_slots() const { return max_audio > 0 ? max_audio : max_sequences; }
-  // The attention executors' threads: a count (0 = all hardware threads) for pools of their own,
+  // The attention executors' threads: a count (0 = usable_cores()) for pools of their own,
   // or a lent team (openmp_team: the products' OpenMP threads, as transcribe() passes).
   Threads threads = 0;
   Dense* dense = nullptr;  // where the projections and the MLP run (dense.hpp); nullptr: default_dense()

@@ -89,8 +89,8 @@ class Attention {
 
   static std::string name() { return Variant::name() + "/" + Layout::name() + "/" + Executor::name(); }
 
-  /// `threads` is passed to the executor: a count (0 = all hardware threads), or a team the
-  /// program lends (core/threads.hpp).
+  /// `threads` is passed to the executor: a count (0 = usable_cores(): the CPUs it may run on), or
+  /// a team the program lends (core/threads.hpp).
   Attention(AttentionShape shape, CacheConfig config, Params params = {}, Threads threads = {})
       : shape_(validated(shape, params)),
         params_(std::move(params)),

@@ -39,13 +39,13 @@ class ThreadPool {
   /// when the system cannot create another thread; tests pass one that fails on purpose.
   using StartThread = std::function<std::thread(std::function<void()> body)>;
 
-  /// `threads.count` counts the caller: 1 runs everything inline; 0 means hardware_concurrency().
+  /// `threads.count` counts the caller: 1 runs everything inline; 0 means usable_cores().
   /// With `threads.run` set no thread is started: parallel_for hands its tasks to it. Throws
   /// polyattn::Error, with every worker it started stopped and joined, when a worker thread
   /// cannot be started.
   explicit ThreadPool(Threads threads = {}, const StartThread& start_thread = start_std_thread) : lent_(std::move(threads.run)) {
     require<ShapeError>(threads.count >= 0, "ThreadPool: threads must be >= 0, got ", threads.count);
-    const int count = threads.count > 0 ? threads.count : int(std::max(1u, std::thread::hardware_concurrency()));
+    const int count = threads.count > 0 ? threads.count : usable_cores();
     size_ = count;
     if (lent_) return;
     workers_.reserve(std::size_t(count - 1));

@@ -39,8 +39,8 @@ namespace polyattn::exec::cpu {
 
 /// What a CPU executor keeps between calls: its threads and the plan's buffers.
 struct ExecutorState {
-  /// `threads` counts the calling thread (0 = all hardware threads), or names a lent team
-  /// (core/threads.hpp).
+  /// `threads` counts the calling thread (0 = usable_cores(): the CPUs it may run on), or names a
+  /// lent team (core/threads.hpp).
   explicit ExecutorState(Threads threads) : pool(std::make_unique<ThreadPool>(std::move(threads))) {}
 
   std::unique_ptr<ThreadPool> pool;

@@ -32,8 +32,9 @@ class BasicCpuSimd {
   /// "cpu" for CpuSimd, else "cpu/" and xsimd's name of the architecture ("cpu/fma3+avx2").
   static std::string name() { return std::is_same_v<Arch, xsimd::default_arch> ? "cpu" : std::string("cpu/") + Arch::name(); }
 
-  /// `threads` counts the calling thread; 0 = all hardware threads. Threads{n, run} runs the
-  /// kernels on the caller's team instead of a pool of the executor's own (core/threads.hpp).
+  /// `threads` counts the calling thread; 0 = usable_cores(): the CPUs it may run on.
+  /// Threads{n, run} runs the kernels on the caller's team instead of a pool of the executor's own
+  /// (core/threads.hpp).
   explicit BasicCpuSimd(Threads threads = {}) : state_(std::move(threads)) {}
 
   int threads() const { return state_.pool->size(); }

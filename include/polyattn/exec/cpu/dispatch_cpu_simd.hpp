@@ -87,9 +87,9 @@ class DispatchCpuSimd {
  public:
   using fallback_arch = xsimd::default_arch;
 
-  /// `threads` counts the calling thread (0 = all hardware threads), or names a lent team
-  /// (core/threads.hpp). `use_arch` false keeps the
-  /// fallback kernels whatever the CPU (to compare the two in one program).
+  /// `threads` counts the calling thread (0 = usable_cores(): the CPUs it may run on), or names a
+  /// lent team (core/threads.hpp). `use_arch` false keeps the fallback kernels whatever the CPU
+  /// (to compare the two in one program).
   explicit DispatchCpuSimd(Threads threads = {}, bool use_arch = true) : state_(std::move(threads)), use_arch_(use_arch && cpu::cpu_runs<Arch>()) {}
 
   /// "cpu/" and xsimd's names of the two architectures ("cpu/avx512bw|fma3+avx2").
