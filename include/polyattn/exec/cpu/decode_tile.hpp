@@ -342,6 +342,19 @@ inline void keep_in_register(B& b) {
 #endif
 }
 
+/// Makes the compiler address from p itself: loads at p + i * W then take constant displacements.
+/// (Without it GCC 12 split a row's p = rows[j] + c into rows[j] and 8 loop-invariant offsets
+/// c + i * W, which it kept on the stack: a load from the stack for each vector load of the row,
+/// seen in accumulate_columns' kLoneValueVectors pass over int8 rows, which it no longer takes.)
+template <class P>
+[[gnu::always_inline]] inline void keep_pointer_in_register(P*& p) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+r"(p));
+#else
+  (void)p;
+#endif
+}
+
 /// Rows scored together by score_rows for NG heads: R x NG accumulators, R keys and one query in
 /// the vector registers, R a power of two up to 4 (it divides every SIMD width).
 template <class Arch, int NG>
@@ -982,6 +995,16 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, TileRows<T> row
   int asks = asks_left(next);
   for (int j = 0; j < n; ++j) {
     const T* r = rows[j] + c;
+    if constexpr (NG == 1 && NC > 4 && !pairs) {  // (kLoneValueVectors) each vector into its sum as it is converted:
+      // converted all first, the row's 8 vectors and the 8 sums took 17 of 16 registers, and half's
+      // pass 0.63x the time of blocks of 4 rather than 0.48-0.55x (int8's 1.5x; bench_decode_tile)
+      if constexpr (!ByToken) tick_asks(next, asks, NC);
+      const B x(w[at(0, j)]);
+      const T* row = r;
+      keep_pointer_in_register(row);
+      for (int i = 0; i < NC; ++i) a[0][i] = xsimd::fma(x, load_floats<Arch>(row + i * W), a[0][i]);
+      continue;
+    }
     B v[NC];
     if constexpr (pairs)
       load_row_vectors<Arch, NC>(r, v);
@@ -1023,6 +1046,23 @@ template <class Arch>
 constexpr bool six_value_vectors(int group) {
   return kVectorRegisters<Arch> == 16 && group % 6 == 0;
 }
+
+/// Column vectors decode's value pass takes a row at a time for a head that reads its 16-bit rows
+/// alone (MHA: a group of 1) on AVX2: 8, a 64-wide value (8 accumulators + a weight + the vector
+/// being converted). In blocks of 4 (as a group's), the head's 4 accumulators are 4 dependent
+/// multiply-add chains, one multiply-add a cycle at a 4-cycle latency where the core has two
+/// pipes, and the tile's rows are read twice. Each column still sums its rows in the same order:
+/// the same bits as in blocks of 4. On an AMD EPYC Zen 3 (bench_decode_tile, one core, minima of
+/// 3 alternated runs) MHA's value pass took 0.48-0.58x the time for half and 0.69-0.72x for
+/// bfloat16 with its tile in L1 or L2, and both passes 0.66-0.82x and 0.61-0.88x. Whole decode
+/// steps did not move (L 65536, batch 16, bench/ab, 11 rounds: pairs 0.94-1.00 on Hnd, Nhd and
+/// Paged<16>, against 0.97-1.04 for unchanged cases beside them), as they are not bound by the
+/// passes' instructions there (decode log, 2026-12-06). Float rows keep blocks of 4: with 8, the
+/// pass over a DRAM-resident buffer took 1.07-1.19x as long and decode steps 1.03-1.06x. int8
+/// rows keep them too: its pass, bound by the conversions, took 0.94-0.99x, steps 0.97-1.03x.
+/// AVX-512 keeps 4 (64 columns).
+template <class Arch>
+inline constexpr int kLoneValueVectors = kVectorRegisters<Arch> == 16 ? 8 : 4;
 
 /// A prefill block's value product (accumulate_weights over [token][lanes] weights): query
 /// vectors x column vectors per register block. AVX-512: 6 x 4, as decode. AVX2's 16 registers:
@@ -1073,6 +1113,10 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, TileRows
     }
   };
   int c = 0;
+  if constexpr (!ByToken && sizeof(T) == 2 && kLoneValueVectors<Arch> > kColumns)
+    if (m == 1)  // one head alone (MHA), 16-bit rows: blocks of kLoneValueVectors column vectors first, the rest below
+      for (; c + kLoneValueVectors<Arch> * W <= dim; c += kLoneValueVectors<Arch> * W)
+        accumulate_columns<Arch, 1, kLoneValueVectors<Arch>>(w, at, rows, n, acc, acc_stride, c, next);
   if constexpr (!ByToken)
     if (six_value_vectors<Arch>(m))  // blocks of 2 column vectors first, the rest below
       for (; c + 2 * W <= dim; c += 2 * W)
