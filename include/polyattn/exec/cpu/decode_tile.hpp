@@ -1054,7 +1054,7 @@ constexpr bool six_value_vectors(int group) {
 /// pipes, and the tile's rows are read twice. Each column still sums its rows in the same order:
 /// the same bits as in blocks of 4. On an AMD EPYC Zen 3 (bench_decode_tile, one core, minima of
 /// 3 alternated runs) MHA's value pass took 0.48-0.58x the time for half and 0.69-0.72x for
-/// bfloat16 with its tile in L1 or L2, and both passes 0.66-0.82x and 0.61-0.88x. Whole decode
+/// bfloat16 with its tile in L1 or L2, and both passes 0.66-0.97x and 0.61-0.90x. Whole decode
 /// steps did not move (L 65536, batch 16, bench/ab, 11 rounds: pairs 0.94-1.00 on Hnd, Nhd and
 /// Paged<16>, against 0.97-1.04 for unchanged cases beside them), as they are not bound by the
 /// passes' instructions there (decode log, 2026-12-06). Float rows keep blocks of 4: with 8, the
