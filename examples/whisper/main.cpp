@@ -53,7 +53,7 @@ namespace pw = polyattn::whisper;
                "  --self, --cross: decoder attention policies (default mha/paged16, baseline); instantiated:\n"
                "      %s\n"
                "%s"
-               "  --threads N: Eigen and CPU attention threads (default: all)\n"
+               "  --threads N: Eigen and CPU attention threads (default: every CPU the process may run on)\n"
                "  --batch N: 30 s windows decoded at once (default 16; all files' windows share the batch)\n"
                "  --beam-size N: beams per window (default 5; 1 is greedy decoding), with CTranslate2's rules; the beams\n"
                "      of a window share its cross cache, and on a paged self-attention layout the pages of their common tokens\n"
