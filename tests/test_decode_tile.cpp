@@ -184,27 +184,29 @@ void check_int8_scores_arch() {
 }
 #endif
 
-/// The value pass over bfloat16 rows, which it reads two vectors a load into other lanes
-/// (pair_loads), adds to each accumulator what the pass over the same values stored as float adds,
-/// bit for bit: the same products in the same order for every element, whatever lanes held them.
-/// Widths of an odd count of vectors (a pair and one more) and with a scalar tail included.
-template <class Arch>
-void check_paired_values() {
+/// The value pass over 16-bit rows adds to each accumulator what the pass over the same values
+/// stored as float adds, bit for bit: the same products in the same order for every element,
+/// whatever lanes held them and however many column vectors a step took. bfloat16 rows are read
+/// two vectors a load into other lanes (pair_loads); a lone head's 16-bit rows in blocks of
+/// kLoneValueVectors column vectors (8 on AVX2), where float's take 4. Widths of an odd count of
+/// vectors (a pair and one more), of a lone head's block and more, and with a scalar tail included.
+template <class Arch, class T>
+void check_16bit_values() {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   for (const int group : {1, 2, 5, 6, 7, 12})
-    for (const int dim : {W, 2 * W, 3 * W, 4 * W, 5 * W + 3, 6 * W, 384})
+    for (const int dim : {W, 2 * W, 3 * W, 4 * W, 5 * W + 3, 6 * W, 8 * W, 9 * W + 3, 384})
       for (const int count : {1, 17, kTile}) {
         std::mt19937 rng(std::uint32_t(group * 1000 + dim * 10 + count));
         std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-        std::vector<Eigen::bfloat16> rows(std::size_t(count) * dim);
+        std::vector<T> rows(std::size_t(count) * dim);
         std::vector<float> as_float(rows.size());
-        for (std::size_t i = 0; i < rows.size(); ++i) as_float[i] = float(rows[i] = Eigen::bfloat16(u(rng)));
+        for (std::size_t i = 0; i < rows.size(); ++i) as_float[i] = float(rows[i] = T(u(rng)));
         std::vector<float> p(std::size_t(group) * kTile);
         for (float& x : p) x = u(rng);
         std::vector<float> from_16(std::size_t(group) * dim), from_32;
         for (float& x : from_16) x = u(rng);
         from_32 = from_16;
-        polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<Eigen::bfloat16>{rows.data(), dim}, count, from_16.data(), dim);
+        polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<T>{rows.data(), dim}, count, from_16.data(), dim);
         polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<float>{as_float.data(), dim}, count, from_32.data(), dim);
         INFO("group ", group, ", dim ", dim, ", rows ", count);
         CHECK(std::memcmp(from_16.data(), from_32.data(), from_16.size() * sizeof(float)) == 0);
@@ -238,12 +240,12 @@ TEST_CASE("the decode passes: each row's scores are the row's own, whatever rows
 #endif
 }
 
-TEST_CASE("the value pass over bfloat16 rows read two vectors a load adds the bits of the same values in float") {
+TEST_CASE("the value pass over 16-bit rows (bfloat16 read two vectors a load) adds the bits of the same values in float") {
 #if defined(__AVX2__) && defined(__FMA__)
-  SUBCASE("AVX2") { check_paired_values<xsimd::fma3<xsimd::avx2>>(); }
+  SUBCASE("AVX2") { check_16bit_values<xsimd::fma3<xsimd::avx2>, Eigen::bfloat16>(), check_16bit_values<xsimd::fma3<xsimd::avx2>, Eigen::half>(); }
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  SUBCASE("AVX-512") { check_paired_values<xsimd::avx512bw>(); }
+  SUBCASE("AVX-512") { check_16bit_values<xsimd::avx512bw, Eigen::bfloat16>(); }
 #endif
 }
 
@@ -394,7 +396,10 @@ void check_ticks() {
 
 TEST_CASE("each pass ticks the next tile's asks once per vector load of a row") {
 #if defined(__AVX2__) && defined(__FMA__)
-  SUBCASE("AVX2") { check_ticks<xsimd::fma3<xsimd::avx2>, float>(), check_ticks<xsimd::fma3<xsimd::avx2>, Eigen::bfloat16>(); }
+  SUBCASE("AVX2") {
+    check_ticks<xsimd::fma3<xsimd::avx2>, float>(), check_ticks<xsimd::fma3<xsimd::avx2>, Eigen::bfloat16>();
+    check_ticks<xsimd::fma3<xsimd::avx2>, Eigen::half>();  // (a lone head's value pass in 8 column vectors: kLoneValueVectors)
+  }
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
   SUBCASE("AVX-512") { check_ticks<xsimd::avx512bw, float>(), check_ticks<xsimd::avx512bw, Eigen::bfloat16>(); }

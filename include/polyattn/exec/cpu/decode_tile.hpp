@@ -344,8 +344,9 @@ inline void keep_in_register(B& b) {
 
 /// Makes the compiler address from p itself: loads at p + i * W then take constant displacements.
 /// (Without it GCC 12 split a row's p = rows[j] + c into rows[j] and 8 loop-invariant offsets
-/// c + i * W, which it kept on the stack: a load from the stack for each vector load of the row,
-/// seen in accumulate_columns' kLoneValueVectors pass over int8 rows, which it no longer takes.)
+/// c + i * W, which it kept on the stack: a load from the stack for each vector load of the row.
+/// Seen in accumulate_columns' kLoneValueVectors pass over int8 rows, which no longer take it;
+/// half rows, which do, are unmeasured without it.)
 template <class P>
 [[gnu::always_inline]] inline void keep_pointer_in_register(P*& p) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -997,12 +998,13 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, TileRows<T> row
     const T* r = rows[j] + c;
     if constexpr (NG == 1 && NC > 4 && !pairs) {  // (kLoneValueVectors) each vector into its sum as it is converted:
       // converted all first, the row's 8 vectors and the 8 sums took 17 of 16 registers, and half's
-      // pass 0.63x the time of blocks of 4 rather than 0.48-0.55x (int8's 1.5x; bench_decode_tile)
-      if constexpr (!ByToken) tick_asks(next, asks, NC);
+      // pass 0.63x the time of blocks of 4 rather than 0.48-0.58x (int8's 1.5x; bench_decode_tile).
+      // (bfloat16's pair loads keep the path below: 0.69-0.72x.)
       const B x(w[at(0, j)]);
       const T* row = r;
       keep_pointer_in_register(row);
       for (int i = 0; i < NC; ++i) a[0][i] = xsimd::fma(x, load_floats<Arch>(row + i * W), a[0][i]);
+      if constexpr (!ByToken) tick_asks(next, asks, NC);
       continue;
     }
     B v[NC];
@@ -1048,21 +1050,22 @@ constexpr bool six_value_vectors(int group) {
 }
 
 /// Column vectors decode's value pass takes a row at a time for a head that reads its 16-bit rows
-/// alone (MHA: a group of 1) on AVX2: 8, a 64-wide value (8 accumulators + a weight + the vector
-/// being converted). In blocks of 4 (as a group's), the head's 4 accumulators are 4 dependent
+/// alone (MHA's group of 1, and each head of a tile whose dropped tokens are not all finite:
+/// accumulate_kept) on AVX2: 8, a 64-wide value (8 accumulators + a weight + the vector being
+/// converted). In blocks of 4 (as a group's), the head's 4 accumulators are 4 dependent
 /// multiply-add chains, one multiply-add a cycle at a 4-cycle latency where the core has two
-/// pipes, and the tile's rows are read twice. Each column still sums its rows in the same order:
-/// the same bits as in blocks of 4. On an AMD EPYC Zen 3 (bench_decode_tile, one core, minima of
+/// pipes, and the rows are read in twice as many passes. Each column still sums its rows in the
+/// same order: the same bits as in blocks of 4 (test_decode_tile). On an AMD EPYC Zen 3 (bench_decode_tile, one core, minima of
 /// 3 alternated runs) MHA's value pass took 0.48-0.58x the time for half and 0.69-0.72x for
 /// bfloat16 with its tile in L1 or L2, and both passes 0.66-0.97x and 0.61-0.90x. Whole decode
-/// steps did not move (L 65536, batch 16, bench/ab, 11 rounds: pairs 0.94-1.00 on Hnd, Nhd and
-/// Paged<16>, against 0.97-1.04 for unchanged cases beside them), as they are not bound by the
+/// steps did not move (L 65536, batch 16, bench/ab, 11 rounds: paired runs 0.94-1.00 on Hnd, Nhd
+/// and Paged<16>, against 0.97-1.04 for unchanged cases beside them), as they are not bound by the
 /// passes' instructions there (decode log, 2026-12-06). Float rows keep blocks of 4: with 8, the
 /// pass over a DRAM-resident buffer took 1.07-1.19x as long and decode steps 1.03-1.06x. int8
 /// rows keep them too: its pass, bound by the conversions, took 0.94-0.99x, steps 0.97-1.03x.
-/// AVX-512 keeps 4 (64 columns).
+/// AVX-512 keeps 4 (64 columns), and so do the other architectures (unmeasured there).
 template <class Arch>
-inline constexpr int kLoneValueVectors = kVectorRegisters<Arch> == 16 ? 8 : 4;
+inline constexpr int kLoneValueVectors = std::is_base_of_v<xsimd::avx2, Arch> && kVectorRegisters<Arch> == 16 ? 8 : 4;
 
 /// A prefill block's value product (accumulate_weights over [token][lanes] weights): query
 /// vectors x column vectors per register block. AVX-512: 6 x 4, as decode. AVX2's 16 registers:
