@@ -998,7 +998,7 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, TileRows<T> row
     const T* r = rows[j] + c;
     if constexpr (NG == 1 && NC > 4 && !pairs) {  // (kLoneValueVectors) each vector into its sum as it is converted:
       // converted all first, the row's 8 vectors and the 8 sums took 17 of 16 registers, and half's
-      // pass 0.63x the time of blocks of 4 rather than 0.48-0.58x (int8's 1.5x; bench_decode_tile).
+      // pass 0.63x the time of blocks of 4 rather than 0.48-0.58x (bench_decode_tile).
       // (bfloat16's pair loads keep the path below: 0.69-0.72x.)
       const B x(w[at(0, j)]);
       const T* row = r;
@@ -1055,9 +1055,9 @@ constexpr bool six_value_vectors(int group) {
 /// converted). In blocks of 4 (as a group's), the head's 4 accumulators are 4 dependent
 /// multiply-add chains, one multiply-add a cycle at a 4-cycle latency where the core has two
 /// pipes, and the rows are read in twice as many passes. Each column still sums its rows in the
-/// same order: the same bits as in blocks of 4 (test_decode_tile). On an AMD EPYC Zen 3 (bench_decode_tile, one core, minima of
-/// 3 alternated runs) MHA's value pass took 0.48-0.58x the time for half and 0.69-0.72x for
-/// bfloat16 with its tile in L1 or L2, and both passes 0.66-0.97x and 0.61-0.90x. Whole decode
+/// same order: the same bits as in blocks of 4 (test_decode_tile). On an AMD EPYC Zen 3
+/// (bench_decode_tile, one core, minima of 3 alternated runs) MHA's value pass took 0.48-0.58x
+/// the time for half and 0.69-0.72x for bfloat16 with its tile in L1 or L2, and both passes 0.66-0.97x and 0.61-0.90x. Whole decode
 /// steps did not move (L 65536, batch 16, bench/ab, 11 rounds: paired runs 0.94-1.00 on Hnd, Nhd
 /// and Paged<16>, against 0.97-1.04 for unchanged cases beside them), as they are not bound by the
 /// passes' instructions there (decode log, 2026-12-06). Float rows keep blocks of 4: with 8, the
