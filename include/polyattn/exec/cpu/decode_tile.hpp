@@ -501,6 +501,36 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
   const TileRows<T> rows = keys.rows;  // a local copy, which the asks' stores cannot change: kept in registers
   alignas(64) B partial[NG][W];
   int asks = asks_left(keys.next);
+  if constexpr (SharedKey && NG == 1 && !pair_loads<Arch, T>()) {
+    // One head's own key (MHA): two rows an iteration, their multiply-add chains interleaved. One
+    // row's NV multiply-adds are a serial chain (NV x the FMA latency), and between its loads sit
+    // the asks' ticks, so the out-of-order window overlapped few rows' chains. Each row keeps its
+    // own order of summation: the same bits as one row at a time.
+    for (int j0 = 0; j0 < keys.count; j0 += W) {
+      for (int jj = 0; jj < W; jj += 2) {  // rows past the tile repeat its last row: valid memory, scores unused
+        const T* k0 = rows[std::min(j0 + jj, keys.count - 1)];
+        const T* k1 = rows[std::min(j0 + jj + 1, keys.count - 1)];
+        if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
+        if (keys.next && j0 + jj + 1 < keys.count) keys.next->score_step(j0 + jj + 1);
+        B acc0 = qv[0][0] * load_floats<Arch>(k0);
+        tick_asks(keys.next, asks);
+        B acc1 = qv[0][0] * load_floats<Arch>(k1);
+        tick_asks(keys.next, asks);
+        POLYATTN_UNROLL
+        for (int i = 1; i < NV; ++i) {
+          acc0 = xsimd::fma(qv[0][i], load_floats<Arch>(k0 + i * W), acc0);
+          tick_asks(keys.next, asks);
+          acc1 = xsimd::fma(qv[0][i], load_floats<Arch>(k1 + i * W), acc1);
+          tick_asks(keys.next, asks);
+        }
+        partial[0][jj] = acc0;
+        partial[0][jj + 1] = acc1;
+      }
+      sum_each<Arch>(partial[0]).store_unaligned(scores + j0);
+    }
+    keep_asks_left(keys.next, asks);
+    return;
+  }
   for (int j0 = 0; j0 < keys.count; j0 += W) {
     for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
       const T* k = rows[std::min(j0 + jj, keys.count - 1)];
