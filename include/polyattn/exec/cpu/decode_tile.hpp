@@ -1089,10 +1089,11 @@ constexpr bool six_value_vectors(int group) {
 /// pipes, and the rows are read in twice as many passes. Each column still sums its rows in the
 /// same order: the same bits as in blocks of 4 (test_decode_tile). On an AMD EPYC Zen 3
 /// (bench_decode_tile, one core, minima of 3 alternated runs) MHA's value pass took 0.48-0.58x
-/// the time for half and 0.69-0.72x for bfloat16 with its tile in L1 or L2, and both passes 0.66-0.97x and 0.61-0.90x. Whole decode
-/// steps did not move (L 65536, batch 16, bench/ab, 11 rounds: paired runs 0.94-1.00 on Hnd, Nhd
-/// and Paged<16>, against 0.97-1.04 for unchanged cases beside them), as they are not bound by the
-/// passes' instructions there (decode log, 2026-12-06). Float rows keep blocks of 4: with 8, the
+/// the time for half and 0.69-0.72x for bfloat16 with its tile in L1 or L2, and both passes
+/// 0.66-0.97x and 0.61-0.90x. Whole decode steps did not move (L 65536, batch 16, bench/ab, 11
+/// rounds: paired runs 0.94-1.00 on Hnd, Nhd and Paged<16>, against 0.97-1.04 for unchanged
+/// cases beside them), as they are not bound by the passes' instructions there (decode log,
+/// 2026-12-06). Float rows keep blocks of 4: with 8, the
 /// pass over a DRAM-resident buffer took 1.07-1.19x as long and decode steps 1.03-1.06x. int8
 /// rows keep them too: its pass, bound by the conversions, took 0.94-0.99x, steps 0.97-1.03x.
 /// AVX-512 keeps 4 (64 columns), and so do the other architectures (unmeasured there).
