@@ -4,7 +4,8 @@
 //
 //   cpu_backend()    DecoderCombinations on exec::CpuSimd (this header)
 //   cuda_backend()   CudaDecoderCombinations on exec::Cuda (cuda_backend.cu), or nullptr in an
-//                    executable linked with no_cuda_backend.cpp (built without nvcc)
+//                    executable linked with no_cuda_backend.cpp (built without nvcc); declared
+//                    in cuda_backend.hpp
 //
 // A Backend also makes the Dense engine (dense.hpp) of its device for the products of the encoder
 // and decoder: Eigen for cpu, cuBLAS for cuda (cublas_dense.cuh). LayerNorm, GELU, sampling and
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_backend.hpp"
 #include "onednn_dense.hpp"
 #include "model.hpp"
 #include "policies.hpp"
@@ -91,9 +93,5 @@ inline const Backend& cpu_backend() {
   static const CpuBackend backend;
   return backend;
 }
-
-// Defined by cuda_backend.cu (the whisper_cuda executable) or no_cuda_backend.cpp (whisper):
-// nullptr when this executable was built without the CUDA executor.
-const Backend* cuda_backend();
 
 }  // namespace polyattn::whisper

@@ -1,6 +1,6 @@
 // cuda_backend() for the plain `whisper` executable (and any build without nvcc): there is no
 // CUDA executor, so --device cuda is refused by the CLI (main.cpp).
-#include "backend.hpp"
+#include "cuda_backend.hpp"
 
 namespace polyattn::whisper {
 
