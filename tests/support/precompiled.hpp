@@ -11,4 +11,5 @@
 
 #include "support/combos.hpp"
 #include "support/dense_oracle.hpp"
+#include "support/reference_rows.hpp"
 #include "support/tile_kernels.hpp"
