@@ -29,10 +29,15 @@ namespace polyattn {
 template <CacheElement T>
 using DecodedElement = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
+// The per-element decoders below (and segment_scale) are always inlined: each is a few
+// instructions, and an out-of-line copy costs a call per element. The linker keeps one copy of
+// an inline function for the whole program, possibly an unoptimised one from an object compiled
+// at -O0 (the tests' FAST_AT_O0 under ASan), which optimised loops calling it would then run.
+
 /// One cached element of a floating type as the arithmetic type (an int8 code needs its row's
 /// scale: decode_at).
 template <CacheElement T>
-inline DecodedElement<T> decode_element(T x) {
+[[gnu::always_inline]] inline DecodedElement<T> decode_element(T x) {
   static_assert(!is_scaled_int8<T>, "polyattn: an int8 code decodes with its row's scale: decode_at or decode_row");
   return static_cast<DecodedElement<T>>(x);
 }
@@ -40,7 +45,7 @@ inline DecodedElement<T> decode_element(T x) {
 /// Column c of a cached row as the arithmetic type; `scales` says where an int8 row's scales are
 /// (ignored for the floating types).
 template <CacheElement T>
-inline DecodedElement<T> decode_at(const T* row, int c, RowScales scales) {
+[[gnu::always_inline]] inline DecodedElement<T> decode_at(const T* row, int c, RowScales scales) {
   if constexpr (is_scaled_int8<T>)
     return float(row[c]) * segment_scale(row, scales, c / scales.segment);
   else

@@ -23,7 +23,7 @@ struct RowScales {
 };
 
 /// The scale of segment `s` of an int8 row.
-inline float segment_scale(const std::int8_t* row, RowScales layout, int s) {
+[[gnu::always_inline]] inline float segment_scale(const std::int8_t* row, RowScales layout, int s) {
   float scale;
   std::memcpy(&scale, row + layout.codes + 4 * s, sizeof scale);
   return scale;
