@@ -40,6 +40,13 @@ double dot(const double* a, const double* b, int n) {
 
 }  // namespace
 
+RowMatrixXf random_matrix(int rows, int cols, std::mt19937& rng, float range) {
+  std::uniform_real_distribution<float> dist(-range, range);
+  RowMatrixXf m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = dist(rng);
+  return m;
+}
+
 RowMatrixXf dense_attention(const RowMatrixXf& q, const RowMatrixXf& k, const RowMatrixXf& v, int n_heads, int group,
                             bool causal, int first_pos, const OracleKeys& which) {
   const int dk = int(q.cols()) / n_heads;
