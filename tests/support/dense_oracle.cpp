@@ -1,6 +1,7 @@
 // The dense attention oracle (dense_oracle.hpp), compiled once into polyattn_test_support, at -O3
 // even in the sanitizer builds (tests/CMakeLists.txt): written as scalar loops at -O1, it was two
-// thirds of the equivalence tests' time under ASan+UBSan. The sanitizers still instrument it.
+// thirds of the equivalence tests' time under ASan+UBSan. AddressSanitizer still instruments it;
+// UBSan and TSan are off for this file (tests/CMakeLists.txt says why).
 //
 // Its loops are plain loops over raw rows, in functions of this file only. Written with Eigen
 // expressions, the -O3 object called Eigen's out-of-line templates (reductions, assignment loops),

@@ -1,8 +1,8 @@
 // The Reference executor's loops over a cached row (exec/reference/reference.hpp), declared here
 // and compiled once, optimised, in support/reference_rows.cpp for every element type. In the
-// precompiled header, so that every test sees them before its first use: a test compiled at -O0
-// under AddressSanitizer (FAST_AT_O0) then calls them instead of compiling its own unoptimised
-// copy, where those loops were most of its time (test_mtla, test_equivalence_reference).
+// precompiled header, so that every test sees them before its first use: a test compiled at a
+// low level under AddressSanitizer (-O0 for FAST_AT_O0, test_mtla; -O1, test_equivalence_reference)
+// then calls them instead of compiling its own copy, where those loops were most of its time.
 #pragma once
 
 #include <cstdint>
