@@ -184,32 +184,40 @@ void check_int8_scores_arch() {
 }
 #endif
 
-/// The value pass over 16-bit rows adds to each accumulator what the pass over the same values
+/// The value pass over 16-bit and int8 rows (int8: the codes, as accumulate_int8_tile reads them
+/// once the weights carry the scales) adds to each accumulator what the pass over the same values
 /// stored as float adds, bit for bit: the same products in the same order for every element,
 /// whatever lanes held them and however many column vectors a step took. bfloat16 rows are read
-/// two vectors a load into other lanes (pair_loads); a lone head's 16-bit rows in blocks of
-/// kLoneValueVectors column vectors (8 on AVX2), where float's take 4. Widths of an odd count of
+/// two vectors a load into other lanes (pair_loads); a lone head's 16-bit and int8 rows in blocks
+/// of kLoneValueVectors column vectors (8 on AVX2), where float's take 4. Widths of an odd count of
 /// vectors (a pair and one more), of a lone head's block and more, and with a scalar tail included.
 template <class Arch, class T>
-void check_16bit_values() {
+void check_narrow_values() {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   for (const int group : {1, 2, 5, 6, 7, 12})
     for (const int dim : {W, 2 * W, 3 * W, 4 * W, 5 * W + 3, 6 * W, 8 * W, 9 * W + 3, 384})
       for (const int count : {1, 17, kTile}) {
         std::mt19937 rng(std::uint32_t(group * 1000 + dim * 10 + count));
         std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        std::uniform_int_distribution<int> code(-127, 127);
         std::vector<T> rows(std::size_t(count) * dim);
         std::vector<float> as_float(rows.size());
-        for (std::size_t i = 0; i < rows.size(); ++i) as_float[i] = float(rows[i] = T(u(rng)));
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+          if constexpr (std::is_same_v<T, std::int8_t>)
+            rows[i] = T(code(rng));
+          else
+            rows[i] = T(u(rng));
+          as_float[i] = float(rows[i]);
+        }
         std::vector<float> p(std::size_t(group) * kTile);
         for (float& x : p) x = u(rng);
-        std::vector<float> from_16(std::size_t(group) * dim), from_32;
-        for (float& x : from_16) x = u(rng);
-        from_32 = from_16;
-        polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<T>{rows.data(), dim}, count, from_16.data(), dim);
+        std::vector<float> from_narrow(std::size_t(group) * dim), from_32;
+        for (float& x : from_narrow) x = u(rng);
+        from_32 = from_narrow;
+        polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<T>{rows.data(), dim}, count, from_narrow.data(), dim);
         polyattn::exec::cpu::accumulate_tile<Arch>(p.data(), group, TileRows<float>{as_float.data(), dim}, count, from_32.data(), dim);
         INFO("group ", group, ", dim ", dim, ", rows ", count);
-        CHECK(std::memcmp(from_16.data(), from_32.data(), from_16.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(from_narrow.data(), from_32.data(), from_narrow.size() * sizeof(float)) == 0);
       }
 }
 
@@ -240,12 +248,15 @@ TEST_CASE("the decode passes: each row's scores are the row's own, whatever rows
 #endif
 }
 
-TEST_CASE("the value pass over 16-bit rows (bfloat16 read two vectors a load) adds the bits of the same values in float") {
+TEST_CASE("the value pass over 16-bit and int8 rows (bfloat16 read two vectors a load) adds the bits of the same values in float") {
 #if defined(__AVX2__) && defined(__FMA__)
-  SUBCASE("AVX2") { check_16bit_values<xsimd::fma3<xsimd::avx2>, Eigen::bfloat16>(), check_16bit_values<xsimd::fma3<xsimd::avx2>, Eigen::half>(); }
+  SUBCASE("AVX2") {
+    using Avx2 = xsimd::fma3<xsimd::avx2>;
+    check_narrow_values<Avx2, Eigen::bfloat16>(), check_narrow_values<Avx2, Eigen::half>(), check_narrow_values<Avx2, std::int8_t>();
+  }
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  SUBCASE("AVX-512") { check_16bit_values<xsimd::avx512bw, Eigen::bfloat16>(); }
+  SUBCASE("AVX-512") { check_narrow_values<xsimd::avx512bw, Eigen::bfloat16>(), check_narrow_values<xsimd::avx512bw, std::int8_t>(); }
 #endif
 }
 

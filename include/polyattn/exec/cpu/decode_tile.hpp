@@ -345,8 +345,8 @@ inline void keep_in_register(B& b) {
 /// Makes the compiler address from p itself: loads at p + i * W then take constant displacements.
 /// (Without it GCC 12 split a row's p = rows[j] + c into rows[j] and 8 loop-invariant offsets
 /// c + i * W, which it kept on the stack: a load from the stack for each vector load of the row.
-/// Seen in accumulate_columns' kLoneValueVectors pass over int8 rows, which no longer take it;
-/// half rows, which do, are unmeasured without it.)
+/// Seen in accumulate_columns' kLoneValueVectors pass over int8 rows; 16-bit rows are unmeasured
+/// without it.)
 template <class P>
 [[gnu::always_inline]] inline void keep_pointer_in_register(P*& p) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -1081,8 +1081,8 @@ constexpr bool six_value_vectors(int group) {
   return kVectorRegisters<Arch> == 16 && group % 6 == 0;
 }
 
-/// Column vectors decode's value pass takes a row at a time for a head that reads its 16-bit rows
-/// alone (MHA's group of 1, and each head of a tile whose dropped tokens are not all finite:
+/// Column vectors decode's value pass takes a row at a time for a head that reads its 16-bit or
+/// int8 rows alone (MHA's group of 1, and each head of a tile whose dropped tokens are not all finite:
 /// accumulate_kept) on AVX2: 8, a 64-wide value (8 accumulators + a weight + the vector being
 /// converted). In blocks of 4 (as a group's), the head's 4 accumulators are 4 dependent
 /// multiply-add chains, one multiply-add a cycle at a 4-cycle latency where the core has two
@@ -1095,7 +1095,10 @@ constexpr bool six_value_vectors(int group) {
 /// cases beside them), as they are not bound by the passes' instructions there (decode log,
 /// 2026-12-06). Float rows keep blocks of 4: with 8, the
 /// pass over a DRAM-resident buffer took 1.07-1.19x as long and decode steps 1.03-1.06x. int8
-/// rows keep them too: its pass, bound by the conversions, took 0.94-0.99x, steps 0.97-1.03x.
+/// rows, first measured at 0.94-0.99x and kept in blocks of 4, take 8 since their codes load in one
+/// instruction (load_floats): the value pass took 0.82-0.93x (L1, L2, 1 GiB), both passes
+/// 0.92-0.94x, and MHA int8's steps 0.94x (pairs, Hnd and Nhd; L 65536, batch 16, two threads)
+/// against 0.97-1.01x for unchanged cases beside them (decode log, 2026-12-06, stop 85).
 /// AVX-512 keeps 4 (64 columns), and so do the other architectures (unmeasured there).
 template <class Arch>
 inline constexpr int kLoneValueVectors = std::is_base_of_v<xsimd::avx2, Arch> && kVectorRegisters<Arch> == 16 ? 8 : 4;
@@ -1149,8 +1152,8 @@ void accumulate_weights(const float* w, WeightIndex<ByToken> at, int m, TileRows
     }
   };
   int c = 0;
-  if constexpr (!ByToken && sizeof(T) == 2 && kLoneValueVectors<Arch> > kColumns)
-    if (m == 1)  // one head alone (MHA), 16-bit rows: blocks of kLoneValueVectors column vectors first, the rest below
+  if constexpr (!ByToken && sizeof(T) <= 2 && kLoneValueVectors<Arch> > kColumns)
+    if (m == 1)  // one head alone (MHA), 16-bit and int8 rows: blocks of kLoneValueVectors column vectors first, the rest below
       for (; c + kLoneValueVectors<Arch> * W <= dim; c += kLoneValueVectors<Arch> * W)
         accumulate_columns<Arch, 1, kLoneValueVectors<Arch>>(w, at, rows, n, acc, acc_stride, c, next);
   if constexpr (!ByToken)
