@@ -937,8 +937,15 @@ void score_tile_by_dot(const float* q, int group, const KeyTile<T, Next>& keys, 
 /// holds an unused head's query. Before, score_rows took shared keys of any width: with its query
 /// reloaded for every row, MHA's score pass took 1.5-1.6x as long with its tile in L1 or L2 (key
 /// dim 64, f32 and f16, one core; bench_decode_tile).
+///
+/// Never inlined: GCC 12 kept it a call for a tile of one run (NextTile<1>) but inlined it into
+/// attend_chunk for tiles gathered from pages (NextTile<kTileRuns>), and there int8 MHA's steps on
+/// Paged<16> took 1.26x Hnd's (one core, in the L3). A call, against inlined: MHA int8 on Paged<16>
+/// took 0.84x (one core, L 1500, batch 16) and 0.85x (two threads, L 65536, batch 16), GQA<2> int8
+/// 0.86x, MHA half 0.96x, MHA f32 1.00x (pairs of bench/ab; AMD EPYC Zen 3, the same sums; unmeasured
+/// on AVX-512; decode log, 2026-12-06, stop 85).
 template <class Arch, class T, class Next>
-void score_tile_fp32(const float* q, int group, const KeyTile<T, Next>& keys, float* scores) {
+[[gnu::noinline]] void score_tile_fp32(const float* q, int group, const KeyTile<T, Next>& keys, float* scores) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   if constexpr (kLoneKeyVectors<Arch> > kMaxSliceVectors)
     if (group == 1 && keys.group_stride == 0 && keys.dim == kLoneKeyVectors<Arch> * W)
@@ -1099,7 +1106,6 @@ constexpr bool six_value_vectors(int group) {
 /// instruction (load_floats): the value pass took 0.82-0.93x (L1, L2, 1 GiB), both passes
 /// 0.92-0.94x, and MHA int8's steps 0.94x on Hnd and Nhd, 1.01x on Paged<16> (pairs; L 65536,
 /// batch 16, two threads) against 0.97-1.01x for unchanged cases beside them (decode log,
-/// 2026-12-06, stop 85).
 /// AVX-512 keeps 4 (64 columns), and so do the other architectures (unmeasured there).
 template <class Arch>
 inline constexpr int kLoneValueVectors = std::is_base_of_v<xsimd::avx2, Arch> && kVectorRegisters<Arch> == 16 ? 8 : 4;
