@@ -1105,7 +1105,9 @@ constexpr bool six_value_vectors(int group) {
 /// rows, first measured at 0.94-0.99x and kept in blocks of 4, take 8 since their codes load in one
 /// instruction (load_floats): the value pass took 0.82-0.93x (L1, L2, 1 GiB), both passes
 /// 0.92-0.94x, and MHA int8's steps 0.94x on Hnd and Nhd, 1.01x on Paged<16> (pairs; L 65536,
-/// batch 16, two threads; Paged<16> measured while GCC still inlined its score pass: score_tile_fp32) against 0.97-1.01x for unchanged cases beside them (decode log,
+/// batch 16, two threads; Paged<16> measured while GCC still inlined its score pass:
+/// score_tile_fp32) against 0.97-1.01x for unchanged cases beside them (decode log, 2026-12-06,
+/// stop 85).
 /// AVX-512 keeps 4 (64 columns), and so do the other architectures (unmeasured there).
 template <class Arch>
 inline constexpr int kLoneValueVectors = std::is_base_of_v<xsimd::avx2, Arch> && kVectorRegisters<Arch> == 16 ? 8 : 4;
