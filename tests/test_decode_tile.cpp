@@ -398,7 +398,7 @@ void check_ticks() {
         const KeyTile<T> tile{{rows.data(), shared ? dim : group * dim}, shared ? 0 : dim, dim, kTile, &counter};
         polyattn::exec::cpu::score_tile<Arch>(q.data(), group, tile, scores.data());
         INFO((shared ? "shared key" : "a slice per head"));
-        CHECK(counter.asked == kTile * polyattn::exec::cpu::score_loads_per_row<Arch>(group, dim, shared));
+        CHECK(counter.asked == kTile * polyattn::exec::cpu::score_loads_per_row<Arch, T>(group, dim, shared));
       }
     }
 }

@@ -115,7 +115,7 @@ void BM_DecodeTile(benchmark::State& state) {
         if (!s.values_in_key_rows)
           next_values = {reinterpret_cast<const char*>(values + first + std::ptrdiff_t(kTile) * stride), bytes, stride * int(sizeof(T))};
         next.add(next_keys, next_values, kTile);
-        next.pace(polyattn::exec::cpu::score_loads_per_row<TileArch>(s.group, s.key_dim, s.group_stride == 0) +
+        next.pace(polyattn::exec::cpu::score_loads_per_row<TileArch, T>(s.group, s.key_dim, s.group_stride == 0) +
                   polyattn::exec::cpu::value_loads_per_row<TileArch>(s.group, s.value_dim));
       }
       polyattn::exec::cpu::NextTile<>* asks = next.count ? &next : nullptr;

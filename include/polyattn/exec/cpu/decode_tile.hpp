@@ -470,6 +470,25 @@ inline constexpr int kMaxSliceVectors = 4;
 template <class Arch>
 inline constexpr int kLoneKeyVectors = kVectorRegisters<Arch> == 16 ? 8 : kMaxSliceVectors;
 
+/// Whether score_tile scores head slices (SlimK2's packed key row) of `key_dim` one head at a
+/// time, each as a lone key of kLoneKeyVectors (score_slices, MHA's path: the head's query vectors
+/// in registers, two rows an iteration): AVX2, slices of 64, float and half rows. score_rows, which
+/// took them before (a query vector loaded for every 2 rows, 4 heads and then 2), spent about as
+/// long on its block of 2 heads as on its block of 4 (perf), and SlimK2 half's score pass ran at
+/// 0.11-0.13 of one core's multiply-add peak with its tile in L1 or L2 (bench_decode_tile). On an
+/// AMD EPYC Zen 3 (bench/ab pairs, the same sums) SlimK2's decode steps took 0.79-0.86x (f32) and
+/// 0.83-0.94x (half) on Hnd, Nhd and Paged<16> at L 65536, batch 16 on two threads, and 0.77-0.85x
+/// and 0.86-0.90x on one core at L 1500, against 0.94-1.00x for the unchanged cases beside them
+/// (decode log, 2026-12-06, stop 86). Not bfloat16 (its pairs of vectors, pair_loads, take
+/// score_slices' one-row path: 1.11x in a first A/B) nor int8 codes (1.00x, and 1.1-1.4x for the
+/// score pass alone): they keep score_rows. Four rows an iteration did no better than two. The
+/// slices reuse MHA's instance: no new kernel to compile.
+template <class Arch, class T>
+constexpr bool lone_head_slices(int key_dim) {
+  return kLoneKeyVectors<Arch> > kMaxSliceVectors && sizeof(T) >= 2 && !pair_loads<Arch, T>() &&
+         key_dim == kLoneKeyVectors<Arch> * int(xsimd::batch<float, Arch>::size);
+}
+
 /// Heads score_slices takes at once for slices of NV vectors.
 template <class Arch, int NV>
 inline constexpr int kSliceHeads = std::min(8, kSliceQueryRegisters<Arch> / NV);
@@ -947,9 +966,22 @@ void score_tile_by_dot(const float* q, int group, const KeyTile<T, Next>& keys, 
 template <class Arch, class T, class Next>
 [[gnu::noinline]] void score_tile_fp32(const float* q, int group, const KeyTile<T, Next>& keys, float* scores) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
-  if constexpr (kLoneKeyVectors<Arch> > kMaxSliceVectors)
+  if constexpr (kLoneKeyVectors<Arch> > kMaxSliceVectors) {
     if (group == 1 && keys.group_stride == 0 && keys.dim == kLoneKeyVectors<Arch> * W)
       return score_slices<Arch, 1, kLoneKeyVectors<Arch>, true>(q, keys.dim, 1, keys, scores);
+    if (lone_head_slices<Arch, T>(keys.dim) && keys.group_stride != 0) {
+      // Each head's slice as a lone key (see lone_head_slices). Every head's pass ticks the paced
+      // asks (score_loads_per_row counts them); unpaced, only the first asks, as for_each_head_block's.
+      for (int g = 0; g < group; ++g) {
+        KeyTile<T, Next> slice = keys;
+        slice.rows = keys.rows.plus(g * keys.group_stride);
+        slice.group_stride = 0;
+        if (g > 0 && !(keys.next && keys.next->paced())) slice.next = nullptr;
+        score_slices<Arch, 1, kLoneKeyVectors<Arch>, true>(q + g * keys.dim, keys.dim, 1, slice, scores + g * kTile);
+      }
+      return;
+    }
+  }
   if (keys.dim % W == 0 && keys.dim / W <= kMaxSliceVectors)
     return with_count<kMaxSliceVectors>(keys.dim / W, [&](auto nv) {
       constexpr int NV = decltype(nv)::value, NG = kSliceHeads<Arch, NV>;
@@ -995,13 +1027,14 @@ void score_tile(const float* q, int group, const KeyTile<T, Next>& keys, float* 
 }
 
 /// Vector loads of each row of a tile in score_tile's pass that asks for the next tile (its
-/// first block of heads): the key's whole vectors once where the heads share it, else each head's
-/// slice: the pass's ticks (tick_asks).
-template <class Arch>
+/// first block of heads; every head where lone_head_slices): the key's whole vectors once where
+/// the heads share it, else each head's slice: the pass's ticks (tick_asks).
+template <class Arch, class T>
 constexpr int score_loads_per_row(int group, int key_dim, bool shared_key) {
   constexpr int W = int(xsimd::batch<float, Arch>::size);
   const int vectors = key_dim / W;
   if (shared_key || vectors == 0) return vectors;
+  if (lone_head_slices<Arch, T>(key_dim)) return group * vectors;  // every head's pass
   const bool slices = key_dim % W == 0 && vectors <= kMaxSliceVectors;
   const int block = slices ? std::min(8, kSliceQueryRegisters<Arch> / vectors) : row_heads_per_block<Arch, false>(group);
   return std::min(group, block) * vectors;

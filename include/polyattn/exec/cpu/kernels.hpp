@@ -201,7 +201,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
   const int value_begin = int8 ? 0 : spec.value_offset;
   const int value_end = int8 ? spec.value_scales.stored_elements() : spec.value_offset + dv;
   // Vector loads of a row in both passes: the paced asks' clock (NextTile::pace).
-  const int loads_per_row = score_loads_per_row<Base>(G, spec.key_dim, spec.key_group_stride == 0) + value_loads_per_row<Base>(G, dv);
+  const int loads_per_row = score_loads_per_row<Base, T>(G, spec.key_dim, spec.key_group_stride == 0) + value_loads_per_row<Base>(G, dv);
   // A tile's rows from token `from`: one run of the store, or several (the pages of Paged<P>,
   // kTileRuns at most), kTile rows at most. `ends_run`: the tile takes its last run to the end,
   // so the next tile starts a run of its own.
@@ -348,7 +348,7 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     // bench/results/cpu_decode_variants/xeon105_2threads_2026-12-01_int8_page_order_ab.txt).
     if constexpr (!int8)
       if (heads_apart && run_count > 1 && separate_values) {
-        const int score_loads = score_loads_per_row<Base>(G, spec.key_dim, spec.key_group_stride == 0);
+        const int score_loads = score_loads_per_row<Base, T>(G, spec.key_dim, spec.key_group_stride == 0);
         const int value_loads = value_loads_per_row<Base>(G, dv);
         // The asks of the pass over page i of head h: the next tile's page i (and, from the last
         // page, the next tile's pages past this tile's count), its keys or its values. The next
