@@ -969,18 +969,14 @@ template <class Arch, class T, class Next>
   if constexpr (kLoneKeyVectors<Arch> > kMaxSliceVectors) {
     if (group == 1 && keys.group_stride == 0 && keys.dim == kLoneKeyVectors<Arch> * W)
       return score_slices<Arch, 1, kLoneKeyVectors<Arch>, true>(q, keys.dim, 1, keys, scores);
-    if (lone_head_slices<Arch, T>(keys.dim) && keys.group_stride != 0) {
+    if (lone_head_slices<Arch, T>(keys.dim) && keys.group_stride != 0)
       // Each head's slice as a lone key (see lone_head_slices). Every head's pass ticks the paced
-      // asks (score_loads_per_row counts them); unpaced, only the first asks, as for_each_head_block's.
-      for (int g = 0; g < group; ++g) {
-        KeyTile<T, Next> slice = keys;
-        slice.rows = keys.rows.plus(g * keys.group_stride);
+      // asks (score_loads_per_row counts them); unpaced, only the first asks (for_each_head_block).
+      return for_each_head_block(group, 1, keys, [&](int g, int, KeyTile<T, Next> slice) {
         slice.group_stride = 0;
-        if (g > 0 && !(keys.next && keys.next->paced())) slice.next = nullptr;
+        if (keys.next && keys.next->paced()) slice.next = keys.next;
         score_slices<Arch, 1, kLoneKeyVectors<Arch>, true>(q + g * keys.dim, keys.dim, 1, slice, scores + g * kTile);
-      }
-      return;
-    }
+      });
   }
   if (keys.dim % W == 0 && keys.dim / W <= kMaxSliceVectors)
     return with_count<kMaxSliceVectors>(keys.dim / W, [&](auto nv) {
