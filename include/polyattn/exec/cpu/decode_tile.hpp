@@ -549,57 +549,56 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
       }
       sum_each<Arch>(partial[0]).store_unaligned(scores + j0);
     }
-    keep_asks_left(keys.next, asks);
-    return;
-  }
-  for (int j0 = 0; j0 < keys.count; j0 += W) {
-    for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
-      const T* k = rows[std::min(j0 + jj, keys.count - 1)];
-      if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
-      B kv[SharedKey ? NV : 1];
-      // bfloat16 reads a pair of vectors a load (load_row_vectors), then ticks; the other types
-      // keep a tick after each load, and with it the instructions they had before the pair loads
-      // (their cases were the A/B's controls: load_floats.hpp, pair_loads).
-      if constexpr (SharedKey && pair_loads<Arch, T>()) {
-        load_row_vectors<Arch, NV>(k, kv);
-        POLYATTN_UNROLL
-        for (int i = 0; i < NV; ++i) tick_asks(keys.next, asks);
-      } else if constexpr (SharedKey) {
-        POLYATTN_UNROLL
-        for (int i = 0; i < NV; ++i) kv[i] = load_floats<Arch>(k + i * W), tick_asks(keys.next, asks);
-      }
-      const auto key = [&](int g, int i) {
-        if constexpr (SharedKey)
-          return kv[i];
-        else
-          return load_floats<Arch>(k + g * keys.group_stride + i * W);
-      };
-      // Unrolled whole, so that qv[g] is a register: left rolled (GCC 12, SlimK2's slices), the
-      // loop indexed qv in memory, the queries were kept on the stack and each multiply-add loaded
-      // one. Unrolled, SlimK2's score pass took 0.80 of the time with its tile resident (f32 and
-      // half, bench_decode_tile, one core of the 480 MiB Xeon), and its decode steps 0.95-0.99
-      // (f32, f16, int8; Hnd, L 65536, batch 16; bench/ab, controls 1.01-1.02, the same sums).
-      POLYATTN_UNROLL
-      for (int g = 0; g < NG; ++g) {
-        if (g >= heads) break;
-        B acc;
-        if constexpr (!SharedKey && pair_loads<Arch, T>()) {  // head g's slice, two vectors a load (load_row_vectors)
-          B slice[NV];
-          load_row_vectors<Arch, NV>(k + g * keys.group_stride, slice);
-          acc = qv[g][0] * slice[0];
-          for (int i = 1; i < NV; ++i) acc = xsimd::fma(qv[g][i], slice[i], acc);
-        } else {
-          acc = qv[g][0] * key(g, 0);
-          for (int i = 1; i < NV; ++i) acc = xsimd::fma(qv[g][i], key(g, i), acc);
-        }
-        partial[g][jj] = acc;
-        if constexpr (!SharedKey) {  // a tick per load of the head's slice
+  } else {  // (an else, not a return above: nvcc warns that the loop after it is unreachable)
+    for (int j0 = 0; j0 < keys.count; j0 += W) {
+      for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
+        const T* k = rows[std::min(j0 + jj, keys.count - 1)];
+        if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
+        B kv[SharedKey ? NV : 1];
+        // bfloat16 reads a pair of vectors a load (load_row_vectors), then ticks; the other types
+        // keep a tick after each load, and with it the instructions they had before the pair loads
+        // (their cases were the A/B's controls: load_floats.hpp, pair_loads).
+        if constexpr (SharedKey && pair_loads<Arch, T>()) {
+          load_row_vectors<Arch, NV>(k, kv);
           POLYATTN_UNROLL
           for (int i = 0; i < NV; ++i) tick_asks(keys.next, asks);
+        } else if constexpr (SharedKey) {
+          POLYATTN_UNROLL
+          for (int i = 0; i < NV; ++i) kv[i] = load_floats<Arch>(k + i * W), tick_asks(keys.next, asks);
+        }
+        const auto key = [&](int g, int i) {
+          if constexpr (SharedKey)
+            return kv[i];
+          else
+            return load_floats<Arch>(k + g * keys.group_stride + i * W);
+        };
+        // Unrolled whole, so that qv[g] is a register: left rolled (GCC 12, SlimK2's slices), the
+        // loop indexed qv in memory, the queries were kept on the stack and each multiply-add loaded
+        // one. Unrolled, SlimK2's score pass took 0.80 of the time with its tile resident (f32 and
+        // half, bench_decode_tile, one core of the 480 MiB Xeon), and its decode steps 0.95-0.99
+        // (f32, f16, int8; Hnd, L 65536, batch 16; bench/ab, controls 1.01-1.02, the same sums).
+        POLYATTN_UNROLL
+        for (int g = 0; g < NG; ++g) {
+          if (g >= heads) break;
+          B acc;
+          if constexpr (!SharedKey && pair_loads<Arch, T>()) {  // head g's slice, two vectors a load (load_row_vectors)
+            B slice[NV];
+            load_row_vectors<Arch, NV>(k + g * keys.group_stride, slice);
+            acc = qv[g][0] * slice[0];
+            for (int i = 1; i < NV; ++i) acc = xsimd::fma(qv[g][i], slice[i], acc);
+          } else {
+            acc = qv[g][0] * key(g, 0);
+            for (int i = 1; i < NV; ++i) acc = xsimd::fma(qv[g][i], key(g, i), acc);
+          }
+          partial[g][jj] = acc;
+          if constexpr (!SharedKey) {  // a tick per load of the head's slice
+            POLYATTN_UNROLL
+            for (int i = 0; i < NV; ++i) tick_asks(keys.next, asks);
+          }
         }
       }
+      for (int g = 0; g < heads; ++g) sum_each<Arch>(partial[g]).store_unaligned(scores + g * kTile + j0);
     }
-    for (int g = 0; g < heads; ++g) sum_each<Arch>(partial[g]).store_unaligned(scores + g * kTile + j0);
   }
   keep_asks_left(keys.next, asks);
 }

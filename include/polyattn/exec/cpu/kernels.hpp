@@ -230,12 +230,13 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
     SoftmaxState<float>* states = result.states + std::ptrdiff_t(h) * G;
     float* acc = result.acc + std::ptrdiff_t(h) * G * dv;
     bool dropped = false;
-    if constexpr (KeyMaskT::drops_keys)
+    if constexpr (KeyMaskT::drops_keys) {
       for (int j = 0; j < count; ++j)
         if (!KeyMaskT::keeps(job, first + j)) {
           dropped = true;
           for (int g = 0; g < G; ++g) s[g * kTile + j] = kNegativeInfinity<float>;
         }
+    }
     for (int g = 0; g < G; ++g) {
       const float factor = states[g].raise_max(bound_and_max<Base>(s + g * kTile, count));
       if (states[g].empty()) continue;  // every score so far -inf: this tile adds nothing to head g
