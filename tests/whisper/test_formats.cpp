@@ -250,7 +250,7 @@ TEST_SUITE("ct2") {
     // /proc/self/statm's resident count); the last StoredFloats holding them releases them.
     using polyattn::testing::resident_bytes;
     if (const char* why = polyattn::testing::resident_memory_unmeasurable()) {
-      MESSAGE("skipped: ", why);  // under AddressSanitizer its memcpy touches shadow memory
+      MESSAGE("skipped: ", why);
       return;
     }
     constexpr std::size_t n = std::size_t{4} << 20;
