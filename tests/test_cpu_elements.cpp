@@ -33,6 +33,7 @@
 #include "support/executor_tolerance.hpp"
 #include "support/mha_layer.hpp"
 #include "support/rounded_cache.hpp"
+#include "support/sanitizers.hpp"
 
 using namespace polyattn;
 using namespace polyattn::testing;
@@ -83,15 +84,6 @@ void check_kv_sharing_variant() {
     CHECK(max_abs_diff(cpu, ref) <= fp32_attention_tolerance(head_dim, 303));
   }
 }
-
-/// Whether this build runs under AddressSanitizer (GCC's macro; Clang 14 has only the feature test).
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kUnderAddressSanitizer = true;
-#elif defined(__has_feature)
-constexpr bool kUnderAddressSanitizer = __has_feature(address_sanitizer);
-#else
-constexpr bool kUnderAddressSanitizer = false;
-#endif
 
 template <class V, class L, class T, class E>
 void check_converted_variant() {

@@ -6,6 +6,8 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <type_traits>
+#include <vector>
 
 #include <polyattn/convert/x_cache.hpp>
 #include <polyattn/polyattn.hpp>
@@ -13,7 +15,9 @@
 #include <polyattn/variants/x_cache.hpp>
 
 #include "support/dense_oracle.hpp"
+#include "support/executor_tolerance.hpp"
 #include "support/mha_layer.hpp"
+#include "support/sanitizers.hpp"
 
 using namespace polyattn;
 using namespace polyattn::testing;
@@ -24,25 +28,41 @@ RowMatrixXf run_variant(const LayerModel& m, const Script& s) {
   Attention<V, L, E> attn(m.shape, script_cache(), params_for<V>(m), 2);
   return run_script(attn, m, s);
 }
+
+/// How far CpuSimd (fp32) may be from Reference on `s`. SlimK2 and XCache: executor_tolerance,
+/// derived from the norms the script's own queries, keys and maps have. The other variants (option
+/// 1, RoPE) have no such derivation yet: fp32_attention_tolerance(key width, tokens) for unit-size
+/// inputs, relative to the output scale max|y|; the output maps (W_kv or W_v, then W_o) sum e such
+/// errors, sqrt(e) in norm; 8 covers the score scale (|q.k| up to ~8). That bound is far looser:
+/// it passed SlimK2's heads of 64 with each head's slice scored against its neighbour's query.
+template <class V>
+double layouts_tolerance(const LayerModel& m, const Script& s, const RowMatrixXf& ref) {
+  if constexpr (std::is_same_v<V, SlimK2> || std::is_same_v<V, XCache>)
+    return executor_tolerance<V>(m, s, script_cache().capacity);
+  else
+    return 8 * fp32_attention_tolerance(m.shape.input_width(), script_cache().capacity) * ref.cwiseAbs().maxCoeff() *
+           std::sqrt(double(m.shape.query_width()));
+}
 }  // namespace
 
 // CpuSimd over every layout against the Reference executor, for each new variant.
 using NewVariants = std::tuple<SlimK1, SlimK2, SlimK<slim::ValuesFromKeys, slim::Rope>, SlimK<slim::WeightedKeys, slim::Rope>, XCache>;
 
 TEST_CASE_TEMPLATE_DEFINE("CpuSimd matches Reference over Nhd, Hnd and Paged layouts", V, cpu_vs_reference) {
-  for (int head_dim : {16, 20}) {
+  // Heads of 16 and 20 (widths that are not a multiple of 16), and for SlimK2 heads of 64
+  // (Whisper tiny's: on AVX2 each head's slice takes MHA's lone-key score pass, lone_head_slices),
+  // not under AddressSanitizer, where its 384-wide layers cost the most (test_cpu_elements).
+  std::vector<int> head_dims{16, 20};
+  if (std::is_same_v<V, SlimK2> && !kUnderAddressSanitizer) head_dims.push_back(64);
+  for (int head_dim : head_dims) {
     const AttentionShape shape{6, head_dim};
     std::mt19937 rng(17 + head_dim);
     const bool rope = V::name().find("rope") != std::string::npos;
     const LayerModel m = random_layer_model(shape, 10.0, rng, rope);
     const Script s = Script::random(shape.input_width(), rng, 4, rope ? 500.0 : 0.0);
     const RowMatrixXf ref = run_variant<V, exec::Reference, Nhd>(m, s);
-    // The executors differ by the fp32 attend error: fp32_attention_tolerance(key width, tokens)
-    // for unit-size inputs, relative to the output scale max|y|; the output maps (W_kv or W_v,
-    // then W_o) sum e such errors, sqrt(e) in norm; 8 covers the score scale (|q.k| up to ~8).
-    const double tol = 8 * fp32_attention_tolerance(shape.input_width(), 40) * ref.cwiseAbs().maxCoeff() *
-                       std::sqrt(double(shape.query_width()));
-    INFO(V::name(), " head_dim ", head_dim);
+    const double tol = layouts_tolerance<V>(m, s, ref);
+    INFO(V::name(), " head_dim ", head_dim, " tolerance ", tol);
     CHECK(max_abs_diff(run_variant<V, exec::CpuSimd, Nhd>(m, s), ref) <= tol);
     CHECK(max_abs_diff(run_variant<V, exec::CpuSimd, Hnd>(m, s), ref) <= tol);
     CHECK(max_abs_diff(run_variant<V, exec::CpuSimd, Paged<16>>(m, s), ref) <= tol);
