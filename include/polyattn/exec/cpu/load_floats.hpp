@@ -144,9 +144,10 @@ constexpr bool pair_loads() {
 /// The 2W bfloat16 at p as two vectors of floats in pair order: even = p[0], p[2], ..., odd =
 /// p[1], p[3], ... (pair_loads<Arch, T>() only).
 template <class Arch, class T>
-[[gnu::always_inline]] inline void load_vector_pair(const T* p, xsimd::batch<float, Arch>& even, xsimd::batch<float, Arch>& odd) {
+[[gnu::always_inline]] inline void load_vector_pair(const T* p, [[maybe_unused]] xsimd::batch<float, Arch>& even,
+                                                    [[maybe_unused]] xsimd::batch<float, Arch>& odd) {
   static_assert(pair_loads<Arch, T>(), "polyattn: load_vector_pair reads bfloat16 on AVX-512 and AVX2");
-  using B = xsimd::batch<float, Arch>;
+  using B [[maybe_unused]] = xsimd::batch<float, Arch>;  // unused (and the arguments) where neither AVX2 nor AVX-512 is compiled for
   [[maybe_unused]] const void* raw = p;
 #if defined(__AVX512F__)
   if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
@@ -168,8 +169,8 @@ template <class Arch, class T>
 /// 2W consecutive floats (lo = x[0, W), hi = x[W, 2W)) into pair order: lo = x[0], x[2], ...,
 /// hi = x[1], x[3], ... (pair_loads architectures only).
 template <class Arch>
-[[gnu::always_inline]] inline void to_pair_order(xsimd::batch<float, Arch>& lo, xsimd::batch<float, Arch>& hi) {
-  using B = xsimd::batch<float, Arch>;
+[[gnu::always_inline]] inline void to_pair_order([[maybe_unused]] xsimd::batch<float, Arch>& lo, [[maybe_unused]] xsimd::batch<float, Arch>& hi) {
+  using B [[maybe_unused]] = xsimd::batch<float, Arch>;  // unused (and the arguments) where neither AVX2 nor AVX-512 is compiled for
 #if defined(__AVX512F__)
   if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);  // >= 16: from hi
@@ -192,8 +193,8 @@ template <class Arch>
 /// The inverse of to_pair_order: even = x[0], x[2], ..., odd = x[1], x[3], ... into lo = x[0, W),
 /// hi = x[W, 2W).
 template <class Arch>
-[[gnu::always_inline]] inline void to_element_order(xsimd::batch<float, Arch>& even, xsimd::batch<float, Arch>& odd) {
-  using B = xsimd::batch<float, Arch>;
+[[gnu::always_inline]] inline void to_element_order([[maybe_unused]] xsimd::batch<float, Arch>& even, [[maybe_unused]] xsimd::batch<float, Arch>& odd) {
+  using B [[maybe_unused]] = xsimd::batch<float, Arch>;  // unused (and the arguments) where neither AVX2 nor AVX-512 is compiled for
 #if defined(__AVX512F__)
   if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
     const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);  // >= 16: from odd
