@@ -40,9 +40,9 @@ double norm_growth(int width) {
     return 1 + unit_roundoff<T>();
 }
 
-/// Bound on |y_a - y_b| per entry when two executors run `s` through variant V (SlimK option 2
-/// without RoPE, or XCache) on model `m`, one of them in fp32 (the other, Reference, is exact up
-/// to its final rounding), over at most `tokens` cached tokens per sequence.
+/// Bound on |y_a - y_b| per entry when two executors run `s` through variant V (XCache, or SlimK
+/// of either option, with or without RoPE) on model `m`, one of them in fp32 (the other,
+/// Reference, is exact up to its final rounding), over at most `tokens` cached tokens per sequence.
 ///  - Scores: a dk-term fp32 dot product summed with at most dk/8 + 16 terms per partial sum
 ///    (CpuSimd's lanes; CUDA's warp lanes hold dk/32, plus 5 butterfly steps and the folded scale)
 ///    errs by ds <= (dk/8 + 16) eps scale |q_h| |k|, the 2-norms of one head's query and key.
@@ -54,6 +54,13 @@ double norm_growth(int width) {
 ///    2-norm, an entry of y at most that times W_o's largest column norm. For slim sigma_max(W_kv)
 ///    grows with cond(W_k) (W_kv = W_k^-1 W_v): that is where cond(W_k) enters.
 ///  - Both sides round the two products (w-term and e-term dot products) once each.
+///  - SlimK option 1 derives the values v_h = k W_kv,h (width dk) in the variant, the same fp32
+///    rows for both executors, and attends them as MHA does: no map after the attend. Their
+///    2-norm is bounded from the exact product: an e-term fp32 dot product errs by at most e eps
+///    |k| |W_kv column| (Cauchy-Schwarz), so a head's slice by e eps |k| |W_kv,h|_F.
+///  - RoPE (slim::Rope) rotates queries and keys, each pair of elements by fp32 cos and sin
+///    rounded once: the 2-norms grow by at most 5 sqrt(2) eps (two products and a sum, and the
+///    rounding of cos and sin), covered by (1 + 8 eps).
 /// `query_roundoff` u_q: one executor rounds the (scaled) query before its dot products so that
 /// |q~_h - q_h| <= u_q |q_h| in 2-norm (exec::CpuSimdBf16Scores, each element to a relative 2^-8:
 /// 2^-8; exec::CpuSimdInt8Scores, each to half a step of max|q_h| / 127: sqrt(dk) / 254 (1 +
@@ -76,6 +83,7 @@ double executor_tolerance(const LayerModel& m, const Script& s, int tokens, doub
   }
   const double eps = 0x1p-24, scale = 1.0 / std::sqrt(double(shape.head_dim));
   int dk = 0, w = 0;
+  // map_norm 1 and map_column 0: no map after the attend (SlimK option 1's values are mapped before).
   double q_norm = 0, k_norm = 0, v_norm = 0, map_norm = 0, map_column = 0, bias = 0;
   if constexpr (std::is_same_v<V, XCache>) {
     RowMatrixXf q;
@@ -87,17 +95,30 @@ double executor_tolerance(const LayerModel& m, const Script& s, int tokens, doub
     map_column = max_column_norm(m.xcache.w_v);
     bias = m.xcache.b_v.size() ? double(m.xcache.b_v.norm()) : 0.0;
   } else {
-    static_assert(std::is_same_v<V, SlimK2>, "executor_tolerance: SlimK2 or XCache");
+    static_assert(requires { V::option; V::rotary; }, "executor_tolerance: XCache or a SlimK");
     RowMatrixXf q = x * m.mha.w_q;
     if (m.mha.b_q.size()) q.rowwise() += m.mha.b_q;
     const RowMatrixXf k = x * m.mha.w_k;
+    const double rotation = V::rotary ? 1 + 8 * eps : 1.0;  // RoPE's growth of the 2-norms (above)
     dk = shape.head_dim;
-    w = e;
-    q_norm = max_slice_norm(q, dk);
-    k_norm = max_slice_norm(k, dk);  // head h's slice of the cached key row
-    v_norm = max_slice_norm(k, e);   // K-only: the values are whole key rows
-    for (int h = 0; h < shape.n_heads; ++h) map_norm = std::max(map_norm, spectral_norm(m.slim.w_kv.middleCols(h * shape.head_dim, shape.head_dim)));
-    map_column = max_column_norm(m.slim.w_kv);
+    q_norm = max_slice_norm(q, dk) * rotation;
+    k_norm = max_slice_norm(k, dk) * rotation;  // head h's slice of the key row
+    if constexpr (V::option == 2) {
+      w = e;
+      v_norm = max_slice_norm(k, e);  // K-only: the values are whole key rows (unrotated)
+      for (int h = 0; h < shape.n_heads; ++h) map_norm = std::max(map_norm, spectral_norm(m.slim.w_kv.middleCols(h * shape.head_dim, shape.head_dim)));
+      map_column = max_column_norm(m.slim.w_kv);
+    } else {
+      w = dk;
+      const Eigen::MatrixXd exact = k.cast<double>() * m.slim.w_kv.cast<double>();  // v = k W_kv, unrounded
+      double block_norm = 0;  // the largest Frobenius norm of a head's block W_kv,h
+      for (int h = 0; h < shape.n_heads; ++h) {
+        v_norm = std::max(v_norm, exact.middleCols(h * dk, dk).rowwise().norm().maxCoeff());
+        block_norm = std::max(block_norm, double(m.slim.w_kv.middleCols(h * dk, dk).norm()));
+      }
+      v_norm += e * eps * double(k.rowwise().norm().maxCoeff()) * block_norm;  // the fp32 rows the executors read (above)
+      map_norm = 1;
+    }
   }
   const double ds = (dk / 8.0 + 16 + query_roundoff / eps) * eps * scale * q_norm * k_norm;
   const double weights = query_roundoff > 0 ? std::expm1(2 * ds) : 2 * ds;
