@@ -39,8 +39,8 @@ inline int usable_cores() {
 /// splitting its work for `count` threads (give the team's size: 0 means usable_cores() here
 /// too). An int converts to it, so every `threads` argument still takes a count.
 struct Threads {
-  Threads(int count = 0) : count(count) {}  // NOLINT(google-explicit-constructor): a count is a Threads
-  Threads(int count, ParallelFor run) : count(count), run(std::move(run)) {}
+  Threads(int thread_count = 0) : count(thread_count) {}  // NOLINT(google-explicit-constructor): a count is a Threads
+  Threads(int thread_count, ParallelFor team_run) : count(thread_count), run(std::move(team_run)) {}
 
   int count = 0;
   ParallelFor run;

@@ -245,9 +245,9 @@ void attend_block(const Store& store, const AttendSpec& spec, int head, std::spa
     } else {
       for (int r = 0; r < R; ++r) {
         const QueryJob& job = rows[std::size_t(r)];
-        const KeyRange keys = KeyMaskT::range(job);
+        const KeyRange seen = KeyMaskT::range(job);
         const auto sees = [&](int j) {
-          return t + j >= keys.first && t + j < keys.end && (!KeyMaskT::drops_keys || KeyMaskT::keeps(job, t + j));
+          return t + j >= seen.first && t + j < seen.end && (!KeyMaskT::drops_keys || KeyMaskT::keeps(job, t + j));
         };
         for (int g = 0; g < G; ++g)
           accumulate_seen<Arch>(s.st.data() + lane(g, r), WeightIndex<true>{lanes}, TileRows{value_rows, values.stride}, n,

@@ -296,10 +296,10 @@ void attend_chunk(const Store& store, const AttendSpec& spec, const QueryJob& jo
       return {reinterpret_cast<const char*>(values.data + value_begin), values.stride * std::ptrdiff_t(sizeof(T)),
               (value_last - value_begin) * int(sizeof(T))};
     };
-    const auto set_next_tile = [&](Next& next, int h, bool values_too) {
-      next.clear();
+    const auto set_next_tile = [&](Next& asks, int h, bool values_too) {
+      asks.clear();
       for (int i = 0; i < next_tile.run_count; ++i)
-        next.add(next_key_lines(i, h), values_too ? next_value_lines(i, h) : typename Next::Lines{}, next_tile.runs[i].count);
+        asks.add(next_key_lines(i, h), values_too ? next_value_lines(i, h) : typename Next::Lines{}, next_tile.runs[i].count);
     };
     // The next tile's lines are asked for one at a time, every few vector loads of this tile's
     // passes (NextTile::pace), wherever its rows lie in one run of the store (Hnd; Nhd, all heads'
