@@ -83,7 +83,8 @@ double executor_tolerance(const LayerModel& m, const Script& s, int tokens, doub
   }
   const double eps = 0x1p-24, scale = 1.0 / std::sqrt(double(shape.head_dim));
   int dk = 0, w = 0;
-  // map_norm 1 and map_column 0: no map after the attend (SlimK option 1's values are mapped before).
+  // SlimK option 1 sets map_norm to 1 and leaves map_column 0: no map follows its attend (its
+  // values were mapped before it).
   double q_norm = 0, k_norm = 0, v_norm = 0, map_norm = 0, map_column = 0, bias = 0;
   if constexpr (std::is_same_v<V, XCache>) {
     RowMatrixXf q;
