@@ -21,23 +21,6 @@
 #include <immintrin.h>
 #endif
 
-/// Whether a sanitizer that checks loads instruments this translation unit (Address-, Thread-,
-/// Memory- or HWAddressSanitizer: GCC's macros, or clang's features). None of them sees inside an
-/// asm statement, so loads written as asm go back to intrinsics under them.
-#ifndef POLYATTN_SANITIZED_LOADS
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(__SANITIZE_HWADDRESS__)
-#define POLYATTN_SANITIZED_LOADS 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer) || \
-    __has_feature(hwaddress_sanitizer)
-#define POLYATTN_SANITIZED_LOADS 1
-#endif
-#endif
-#endif
-#ifndef POLYATTN_SANITIZED_LOADS
-#define POLYATTN_SANITIZED_LOADS 0
-#endif
-
 namespace polyattn::exec::cpu {
 
 /// One element as load_floats gives it: decode_element's value, or an int8 code's own value (its
@@ -64,21 +47,12 @@ inline xsimd::batch<float, Arch> load_floats(const T* p) {
 #endif
 #if defined(__AVX2__)
     if constexpr (std::is_base_of_v<xsimd::avx2, Arch> && B::size == 8) {
-#if defined(__GNUC__) && !POLYATTN_SANITIZED_LOADS
-      // One instruction that loads and widens, which the compiler cannot split: from the
-      // intrinsics GCC 12 made a load (vmovq, some through a general register and back) and a
-      // register-to-register vpmovsxbd in the decode's out-of-line score pass (score_slices with
-      // MHA's key of 8 vectors: 8 codes vectors + 8 query vectors + a sum, one register past
-      // AVX2's 16). With it MHA int8's decode steps took 0.87-0.94x the time on one core of an AMD
-      // EPYC Zen 3 (Hnd and Nhd, L 65536, batch 16, bench/ab, the same sums), GQA<2> 0.96x,
-      // XCache 1.04x, a half control 1.02-1.03x; on two cores, within that VM's noise. (Under
-      // the sanitizers the intrinsics stay, whose load they check: POLYATTN_SANITIZED_LOADS.)
-      __m256i codes;  // 8 x 32 bits
-      asm("vpmovsxbd {%1, %0|%0, %1}" : "=x"(codes) : "m"(*static_cast<const char(*)[8]>(raw)));
-      return B(_mm256_cvtepi32_ps(codes));
-#else
+      // Intrinsics, which GCC folds into one vpmovsxbd from memory. (An asm statement that loaded
+      // and widened, tried for MHA's score pass, made GCC store all 12 of the value pass's sums to
+      // the stack after every row (its memory operand may read them, as far as GCC can tell): the
+      // int8 value pass of 6 heads ran at 0.31 of one core's multiply-add peak, against 0.82 for
+      // half, on an AMD EPYC Zen 3; bench_decode_tile.)
       return B(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(raw)))));  // 8 x 8 bits
-#endif
     }
 #endif
     alignas(64) float converted[B::size];
