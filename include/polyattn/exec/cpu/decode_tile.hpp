@@ -306,7 +306,8 @@ template <class Next>
 /// and as many lines asked as have come due (spacing may be below `loads`). Ticked per load, each
 /// load had its own decrement and branch, and XCache f32's value pass on AVX2 (2 heads x 4 column
 /// vectors a row) spent as many instructions on them as on its 8 multiply-adds. (The score passes
-/// keep a tick per load: ticked per row block there, SlimK2's took 1.2-1.4x as long on AVX2.)
+/// keep a tick per load, but for score_slices' pass over one head's key: ticked per row block
+/// in score_rows, SlimK2's took 1.2-1.4x as long on AVX2.)
 template <class Next>
 [[gnu::always_inline]] inline void tick_asks(Next* next, int& left, int loads) {
   if ((left -= loads) <= 0) {  // never without a paced NextTile (see above)
@@ -522,11 +523,18 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
   int asks = asks_left(keys.next);
   if constexpr (SharedKey && NG == 1 && !pair_loads<Arch, T>()) {
     // One head's own key (MHA): two rows an iteration, their multiply-add chains interleaved. One
-    // row's NV multiply-adds are a serial chain (NV x the FMA latency), and between its loads sit
-    // the asks' ticks, so the out-of-order window overlapped few rows' chains. Each row keeps its
-    // own order of summation: the same bits as one row at a time. On an AMD EPYC Zen 3 the pass
-    // took 0.83-0.87x in L1 (bench_decode_tile, one core) and MHA's decode steps 0.92x (half) and
-    // 0.96x (int8) on two threads at L 65536, batch 16 (bench/ab; f32, bound by memory, 1.00x).
+    // row's NV multiply-adds are a serial chain (NV x the FMA latency), so the out-of-order window
+    // has to overlap several rows' chains. Each row keeps its own order of summation: the same
+    // bits as one row at a time. On an AMD EPYC Zen 3 the pass took 0.83-0.87x in L1
+    // (bench_decode_tile, one core) and MHA's decode steps 0.92x (half) and 0.96x (int8) on two
+    // threads at L 65536, batch 16 (bench/ab; f32, bound by memory, 1.00x).
+    // The asks are ticked once per pair of rows, not after each load: a row of 8 vectors has only
+    // 8 multiply-adds, and 16 decrements and branches per pair held the window. Then the pass took
+    // 0.36-0.66x the time with its tile in L1 or L2 (f32, half, int8; bench_decode_tile, one core,
+    // 2 alternated runs), SlimK2's slices 0.46-0.85x, and the decode steps (bench/ab, AMD EPYC Zen
+    // 3, two threads, L 65536 and 1500, batch 16, the same sums) 0.90-0.97x for MHA int8,
+    // 0.93-0.98x for SlimK2 half, 0.96-1.01x for MHA half and 1.00-1.02x for f32, against
+    // 0.98-1.01x for unchanged cases beside them.
     for (int j0 = 0; j0 < keys.count; j0 += W) {
       for (int jj = 0; jj < W; jj += 2) {  // rows past the tile repeat its last row: valid memory, scores unused
         const T* k0 = rows[std::min(j0 + jj, keys.count - 1)];
@@ -534,16 +542,13 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
         if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
         if (keys.next && j0 + jj + 1 < keys.count) keys.next->score_step(j0 + jj + 1);
         B acc0 = qv[0][0] * load_floats<Arch>(k0);
-        tick_asks(keys.next, asks);
         B acc1 = qv[0][0] * load_floats<Arch>(k1);
-        tick_asks(keys.next, asks);
         POLYATTN_UNROLL
         for (int i = 1; i < NV; ++i) {
           acc0 = xsimd::fma(qv[0][i], load_floats<Arch>(k0 + i * W), acc0);
-          tick_asks(keys.next, asks);
           acc1 = xsimd::fma(qv[0][i], load_floats<Arch>(k1 + i * W), acc1);
-          tick_asks(keys.next, asks);
         }
+        tick_asks(keys.next, asks, 2 * NV);
         partial[0][jj] = acc0;
         partial[0][jj + 1] = acc1;
       }
