@@ -560,13 +560,17 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
         const T* k = rows[std::min(j0 + jj, keys.count - 1)];
         if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
         B kv[SharedKey ? NV : 1];
-        // bfloat16 reads a pair of vectors a load (load_row_vectors), then ticks; the other types
-        // keep a tick after each load, and with it the instructions they had before the pair loads
-        // (their cases were the A/B's controls: load_floats.hpp, pair_loads).
+        // bfloat16 reads a pair of vectors a load (load_row_vectors), then ticks once for the row's
+        // NV loads (MHA's key on AVX2: ticked after each, 8 decrements and branches a row of 8
+        // multiply-adds); the other types keep a tick after each load, and with it the
+        // instructions they had before the pair loads (their cases were the A/B's controls:
+        // load_floats.hpp, pair_loads). Ticked once, MHA bfloat16's score pass took 0.65-0.77x the
+        // time in L1 (bench_decode_tile, one core, 3 alternated runs), and its decode steps
+        // 0.90-0.93x on Paged<16> and 0.99-1.01x on Hnd and Nhd (AMD EPYC Zen 3, bench/ab, L 65536,
+        // batch 16, the same sums), where an unchanged GQA<2> bfloat16 read 1.03-1.07x.
         if constexpr (SharedKey && pair_loads<Arch, T>()) {
           load_row_vectors<Arch, NV>(k, kv);
-          POLYATTN_UNROLL
-          for (int i = 0; i < NV; ++i) tick_asks(keys.next, asks);
+          tick_asks(keys.next, asks, NV);
         } else if constexpr (SharedKey) {
           POLYATTN_UNROLL
           for (int i = 0; i < NV; ++i) kv[i] = load_floats<Arch>(k + i * W), tick_asks(keys.next, asks);
