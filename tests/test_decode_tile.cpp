@@ -148,6 +148,7 @@ void check_arch() {
           check_scores<Arch, float>(group, dim, count, shared);
           check_scores<Arch, Eigen::half>(group, dim, count, shared);
           check_scores<Arch, Eigen::bfloat16>(group, dim, count, shared);  // rows read two vectors a load (pair_loads)
+          check_scores<Arch, std::int8_t>(group, dim, count, shared);       // codes (their scales are the caller's)
           if (shared)
             check_gathered_values<Arch, float>(group, dim, count), check_gathered_values<Arch, Eigen::half>(group, dim, count),
                 check_gathered_values<Arch, Eigen::bfloat16>(group, dim, count);

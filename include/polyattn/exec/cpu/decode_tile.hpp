@@ -473,20 +473,24 @@ inline constexpr int kLoneKeyVectors = kVectorRegisters<Arch> == 16 ? 8 : kMaxSl
 
 /// Whether score_tile scores head slices (SlimK2's packed key row) of `key_dim` one head at a
 /// time, each as a lone key of kLoneKeyVectors (score_slices, MHA's path: the head's query vectors
-/// in registers, two rows an iteration): AVX2, slices of 64, float and half rows. score_rows, which
+/// in registers, two rows an iteration): AVX2, slices of 64, float, half and int8 rows. score_rows, which
 /// took them before (a query vector loaded for every 2 rows, 4 heads and then 2), spent about as
 /// long on its block of 2 heads as on its block of 4 (perf), and SlimK2 half's score pass ran at
 /// 0.11-0.13 of one core's multiply-add peak with its tile in L1 or L2 (bench_decode_tile). On an
 /// AMD EPYC Zen 3 (bench/ab pairs, the same sums) SlimK2's decode steps took 0.79-0.86x (f32) and
 /// 0.83-0.94x (half) on Hnd, Nhd and Paged<16> at L 65536, batch 16 on two threads, and 0.77-0.85x
 /// and 0.86-0.90x on one core at L 1500, against 0.94-1.00x for the unchanged cases beside them
-/// (decode log, 2026-12-06, stop 86). Not bfloat16 (its pairs of vectors, pair_loads, take
-/// score_slices' one-row path: 1.11x in a first A/B) nor int8 codes (1.00x, and 1.1-1.4x for the
-/// score pass alone): they keep score_rows. Four rows an iteration did no better than two. The
+/// (decode log, 2026-12-06, stop 86). int8 codes first did no better (1.00x, and 1.1-1.4x for
+/// the score pass alone) while that path ticked the asks after each load; ticked once per pair of
+/// rows, SlimK2 int8's score pass took 0.74-0.81x the time (bench_decode_tile, one core, L1 and
+/// L2) and its decode steps 0.79-0.83x on Paged<16> and 0.96-0.97x on Hnd and Nhd (bench/ab, two
+/// threads, L 65536 and 1500, batch 16, the same sums; unchanged MHA and XCache int8 beside them
+/// 0.98-1.05x). Not bfloat16 (its pairs of vectors, pair_loads, take score_slices' one-row path:
+/// 1.11x in a first A/B): it keeps score_rows. Four rows an iteration did no better than two. The
 /// slices reuse MHA's instance: no new kernel to compile.
 template <class Arch, class T>
 constexpr bool lone_head_slices(int key_dim) {
-  return kLoneKeyVectors<Arch> > kMaxSliceVectors && sizeof(T) >= 2 && !pair_loads<Arch, T>() &&
+  return kLoneKeyVectors<Arch> > kMaxSliceVectors && !pair_loads<Arch, T>() &&
          key_dim == kLoneKeyVectors<Arch> * int(xsimd::batch<float, Arch>::size);
 }
 
