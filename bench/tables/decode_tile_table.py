@@ -8,7 +8,7 @@ import sys
 
 from benchmark_runs import case_results
 
-NAME = re.compile(r"BM_DecodeTile<(\w+), (?:Eigen::)?(\w+)>/resident_KiB:(\d+)/pass:(\d)")
+NAME = re.compile(r"BM_DecodeTile<(\w+), (?:Eigen::|std::)?(\w+)>/resident_KiB:(\d+)/pass:(\d)")
 PASSES = {"0": "score", "1": "value", "2": "both"}
 RESIDENT = {"32": "one tile", "1024": "1 MiB", "1048576": "1 GiB"}
 
