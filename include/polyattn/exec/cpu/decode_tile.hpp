@@ -984,10 +984,11 @@ template <class Arch, class T, class Next>
     // GQA<2>'s half keys of kLoneKeyVectors: each head's pass as a lone key (its query vectors in
     // registers), the second over rows the first brought into L1 (16 loads and conversions of the
     // key per row for 16 multiply-adds), where score_rows loads both heads' query vectors for
-    // every row (16 loads of them and 8 of the key, converted once). The same sums. On an AMD EPYC Zen 3 (bench/ab, two threads, L 65536, batch 16, 3 runs) GQA<2> half took
-    // 0.95-0.98x on Hnd, 0.84-0.87x on Paged<16> and 1.00x on Nhd (one run); float (bound by memory) 1.07x,
-    // bfloat16 (pair loads, other sums) 1.07x and int8 1.00-1.02x, so they keep score_rows;
-    // MHA half beside them 0.99-1.00x.
+    // every row (16 loads of them and 8 of the key, converted once). The same sums. On an AMD EPYC
+    // Zen 3 (bench/ab, two threads, L 65536, batch 16, 3 runs) GQA<2> half took 0.95-0.98x on Hnd,
+    // 0.84-0.87x on Paged<16> and 1.00x on Nhd (one run); float (bound by memory) 1.07x, bfloat16
+    // (pair loads, other sums) 1.07x and int8 1.00-1.02x, so they keep score_rows; MHA half beside
+    // them 0.99-1.00x.
     if constexpr (std::is_same_v<T, Eigen::half>)
       if (group == 2 && keys.group_stride == 0 && keys.dim == kLoneKeyVectors<Arch> * W)
         return for_each_head_block(group, 1, keys, [&](int g, int, const KeyTile<T, Next>& head) {

@@ -48,10 +48,11 @@ inline xsimd::batch<float, Arch> load_floats(const T* p) {
 #if defined(__AVX2__)
     if constexpr (std::is_base_of_v<xsimd::avx2, Arch> && B::size == 8) {
       // Intrinsics, which GCC folds into one vpmovsxbd from memory. (An asm statement that loaded
-      // and widened, tried for MHA's score pass, made GCC store all 12 of the value pass's sums to
-      // the stack after every row (its memory operand may read them, as far as GCC can tell): the
-      // int8 value pass of 6 heads ran at 0.31 of one core's multiply-add peak, against 0.82 for
-      // half, on an AMD EPYC Zen 3; bench_decode_tile.)
+      // and widened, tried for MHA's score pass, made GCC 12 store all 12 of the 6-head value
+      // pass's sums to the stack after every row where it compiled that pass out of line, its
+      // memory operand being a possible reader of them: in bench_decode_tile the int8 value pass
+      // ran at 0.31 of one core's multiply-add peak, against 0.82 for half, on an AMD EPYC Zen 3.
+      // Inlined into accumulate_int8_tile, as in the decode steps, the sums stayed in registers.)
       return B(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(raw)))));  // 8 x 8 bits
     }
 #endif
