@@ -160,8 +160,10 @@ template <int Write = 0, int Locality = 3>
 /// (the pacing before this one) put 42% of XCache f32's score pass on the prefetch after each
 /// burst (perf); a synthetic stream with XCache's work per byte read 36 GB/s with one ask every 2
 /// loads against 27-30 with bursts of 2-8 (Intel Xeon, 2 threads; see attend_chunk for the
-/// kernels' figures). Unpaced (rows that do not follow one another, such as one head's part of
-/// Nhd rows, or pace(0)): row j of the score pass asks for the next tile's key row j whole
+/// kernels' figures). (The score pass over one head's key ticks once per pair of rows, in
+/// score_slices: up to 8 lines at once for float rows, with no loss beyond the noise measured
+/// there.) Unpaced (rows that do not follow one another, such as one head's part of Nhd rows, or
+/// pace(0)): row j of the score pass asks for the next tile's key row j whole
 /// (score_step), and its value row j too. Lines go into L2 only (prefetcht2): a tile of XCache
 /// rows is 96 KiB, more than L1, and prefetches into L1 ran 1.1-1.2x slower on SlimK2 and XCache.
 template <int MaxRuns = 1>
