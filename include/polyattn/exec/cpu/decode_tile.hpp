@@ -983,26 +983,25 @@ template <class Arch, class T, class Next>
   if constexpr (kLoneKeyVectors<Arch> > kMaxSliceVectors) {
     if (group == 1 && keys.group_stride == 0 && keys.dim == kLoneKeyVectors<Arch> * W)
       return score_slices<Arch, 1, kLoneKeyVectors<Arch>, true>(q, keys.dim, 1, keys, scores);
-    // GQA<2>'s half keys of kLoneKeyVectors: each head's pass as a lone key (its query vectors in
-    // registers), the second over rows the first brought into L1 (16 loads and conversions of the
-    // key per row for 16 multiply-adds), where score_rows loads both heads' query vectors for
-    // every row (16 loads of them and 8 of the key, converted once). The same sums. On an AMD EPYC
-    // Zen 3 (bench/ab, two threads, L 65536, batch 16, 3 runs) GQA<2> half took 0.95-0.98x on Hnd,
-    // 0.84-0.87x on Paged<16> and 1.00x on Nhd (one run); float (bound by memory) 1.07x, bfloat16
-    // (pair loads, other sums) 1.07x and int8 1.00-1.02x, so they keep score_rows; MHA half beside
-    // them 0.99-1.00x.
-    if constexpr (std::is_same_v<T, Eigen::half>)
-      if (group == 2 && keys.group_stride == 0 && keys.dim == kLoneKeyVectors<Arch> * W)
-        return for_each_head_block(group, 1, keys, [&](int g, int, const KeyTile<T, Next>& head) {
-          score_slices<Arch, 1, kLoneKeyVectors<Arch>, true>(q + g * keys.dim, keys.dim, 1, head, scores + g * kTile);
-        });
-    if (lone_head_slices<Arch, T>(keys.dim) && keys.group_stride != 0)
-      // Each head's slice as a lone key (see lone_head_slices). Every head's pass ticks the paced
-      // asks (score_loads_per_row counts them); unpaced, only the first asks (for_each_head_block).
-      return for_each_head_block(group, 1, keys, [&](int g, int, KeyTile<T, Next> slice) {
-        slice.group_stride = 0;
-        if (keys.next && keys.next->paced()) slice.next = keys.next;
-        score_slices<Arch, 1, kLoneKeyVectors<Arch>, true>(q + g * keys.dim, keys.dim, 1, slice, scores + g * kTile);
+    // Heads scored one at a time, each as a lone key (its query vectors in registers):
+    //  - SlimK2's slices (see lone_head_slices). Every head's pass ticks the paced asks
+    //    (score_loads_per_row counts them); unpaced, only the first asks (for_each_head_block).
+    //  - GQA<2>'s half keys of kLoneKeyVectors: the second pass reads rows the first brought into
+    //    L1 (16 loads and conversions of the key per row for 16 multiply-adds), where score_rows
+    //    loads both heads' query vectors for every row (16 loads of them and 8 of the key,
+    //    converted once). Only the first pass asks (score_loads_per_row counts the shared key's
+    //    loads once). The same sums. On an AMD EPYC Zen 3 (bench/ab, two threads, L 65536, batch
+    //    16, 3 runs) GQA<2> half took 0.95-0.98x on Hnd, 0.84-0.87x on Paged<16> and 1.00x on Nhd
+    //    (one run); float (bound by memory) 1.07x, bfloat16 (pair loads, other sums) 1.07x and
+    //    int8 1.00-1.02x, so they keep score_rows; MHA half beside them 0.99-1.00x.
+    const bool slices = lone_head_slices<Arch, T>(keys.dim) && keys.group_stride != 0;
+    const bool shared_by_two =
+        std::is_same_v<T, Eigen::half> && group == 2 && keys.group_stride == 0 && keys.dim == kLoneKeyVectors<Arch> * W;
+    if (slices || shared_by_two)
+      return for_each_head_block(group, 1, keys, [&](int g, int, KeyTile<T, Next> head) {
+        head.group_stride = 0;
+        if (slices && keys.next && keys.next->paced()) head.next = keys.next;
+        score_slices<Arch, 1, kLoneKeyVectors<Arch>, true>(q + g * keys.dim, keys.dim, 1, head, scores + g * kTile);
       });
   }
   if (keys.dim % W == 0 && keys.dim / W <= kMaxSliceVectors)
