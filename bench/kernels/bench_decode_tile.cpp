@@ -1,9 +1,10 @@
 // A decode tile's two passes on one thread, without the executor around them: score_tile and
 // accumulate_tile (exec/cpu/decode_tile.hpp) over every tile of a buffer that stays in L1, in
-// L2, or in DRAM, for the group shapes of bench_decode_variants (6 heads of 64, d = 384). It
-// says how far each pass is from one core's multiply-add peak when its rows are near, and what
-// the next tile's asks (NextTile, as attend_chunk sets them) win when they are not. No time is
-// asserted; compare the cases of one run.
+// L2, or in DRAM, for the group shapes of bench_decode_variants (6 heads of 64, d = 384; GQA<2>'s
+// tile is one key head and its 2 query heads). It says how far each pass is from one core's
+// multiply-add peak when its rows are near, and what the next tile's asks (NextTile, as
+// attend_chunk sets them) win when they are not. No time is asserted; compare the cases of one
+// run.
 //
 //   bench_decode_tile --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 //
@@ -47,6 +48,9 @@ struct TileShape {
 
 struct Mha {
   static constexpr TileShape shape{1, 64, 0, 64, 64, false};
+};
+struct Gqa2 {
+  static constexpr TileShape shape{2, 64, 0, 64, 64, false};
 };
 struct Mqa {
   static constexpr TileShape shape{6, 64, 0, 64, 64, false};
@@ -162,6 +166,9 @@ void TileCases(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_DecodeTile<Mha, float>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<Mha, Eigen::half>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<Mha, Eigen::bfloat16>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<Gqa2, float>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<Gqa2, Eigen::half>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<Gqa2, Eigen::bfloat16>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<Mqa, float>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<Mqa, Eigen::half>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<Mqa, Eigen::bfloat16>)->Apply(TileCases);
@@ -172,6 +179,7 @@ BENCHMARK(BM_DecodeTile<XCache, float>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<XCache, Eigen::half>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<XCache, Eigen::bfloat16>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<Mha, std::int8_t>)->Apply(TileCases);
+BENCHMARK(BM_DecodeTile<Gqa2, std::int8_t>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<Mqa, std::int8_t>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<SlimK2, std::int8_t>)->Apply(TileCases);
 BENCHMARK(BM_DecodeTile<XCache, std::int8_t>)->Apply(TileCases);

@@ -383,8 +383,16 @@ constexpr int rows_per_block() {
 template <class Arch, int NG, bool SharedKey, class T, class Next>
 void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>& keys, float* scores) {
   using B = xsimd::batch<float, Arch>;
-  // A shared key: a block of rows only where it serves 4 heads or more (with GQA's 2 heads the 4
-  // interleaved rows ran 1.1x slower, Hnd, L 65536, batch 16). Head slices (SlimK2's, where
+  // A shared key: a block of rows where it serves 4 heads or more, and 2 rows for 2 heads (GQA<2>).
+  // With GQA's 2 heads, 4 interleaved rows had run 1.1x slower (Hnd, L 65536, batch 16), and one
+  // row at a time reloads each query vector for every row, with two chains of dim / W
+  // multiply-adds: GQA<2>'s score pass over keys of 64 took 2.5-4x MHA's per row with its tile in
+  // L1 (bench_decode_tile, one core, AMD EPYC Zen 3). With 2 rows it took 0.71-0.75x (int8),
+  // 0.84-1.00x (bfloat16) and 0.97-1.05x (f32) of one row's time, and GQA<2>'s decode steps (bench/ab,
+  // two threads, L 65536, batch 16, the same sums) 0.84-0.88x for int8 on Hnd and 0.89-0.92x on
+  // Paged<16>, 0.93-1.03x for bfloat16 and 0.98-1.03x for f32 (bound by memory), against 1.02-1.04x
+  // for unchanged cases beside them (decode log, 2026-12-07, stop 90). (Half's keys of 64 take the
+  // lone-key path instead: score_tile_fp32.) Head slices (SlimK2's, where
   // score_slices does not take them: wider, or with a tail): 2 rows, each query vector loaded
   // once for both, and 2 x NG independent sums instead of one chain of dim / W multiply-adds per
   // head, on which perf put most of SlimK2's score pass. In three
@@ -392,7 +400,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
   // and int8 1.02-1.16x faster than one, at L 1500 and 65536 (6 of 6 each); f32 within the noise.
   // 4 rows did no better than 2.
   constexpr int W = int(B::size);
-  constexpr int R = SharedKey ? (NG >= 4 ? rows_per_block<Arch, NG>() : 1) : std::min(2, rows_per_block<Arch, NG>());
+  constexpr int R = SharedKey ? (NG >= 4 ? rows_per_block<Arch, NG>() : NG == 2 ? 2 : 1) : std::min(2, rows_per_block<Arch, NG>());
   const int dim_vec = keys.dim / W * W;
   const TileRows<T> rows = keys.rows;  // a local copy, which the asks' stores cannot change: kept in registers
   alignas(64) B partial[NG][W];
