@@ -549,25 +549,46 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
     // 3, two threads, L 65536 and 1500, batch 16, the same sums) 0.90-0.97x for MHA int8,
     // 0.93-0.98x for SlimK2 half, 0.96-1.01x for MHA half and 1.00-1.02x for f32, against
     // 0.98-1.01x for unchanged cases beside them.
-    for (int j0 = 0; j0 < keys.count; j0 += W) {
-      for (int jj = 0; jj < W; jj += 2) {  // rows past the tile repeat its last row: valid memory, scores unused
-        const T* k0 = rows[std::min(j0 + jj, keys.count - 1)];
-        const T* k1 = rows[std::min(j0 + jj + 1, keys.count - 1)];
-        if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
-        if (keys.next && j0 + jj + 1 < keys.count) keys.next->score_step(j0 + jj + 1);
-        B acc0 = qv[0][0] * load_floats<Arch>(k0);
-        B acc1 = qv[0][0] * load_floats<Arch>(k1);
-        POLYATTN_UNROLL
-        for (int i = 1; i < NV; ++i) {
-          acc0 = xsimd::fma(qv[0][i], load_floats<Arch>(k0 + i * W), acc0);
-          acc1 = xsimd::fma(qv[0][i], load_floats<Arch>(k1 + i * W), acc1);
+    const auto pass = [&](auto whole_strided_tile) {
+      for (int j0 = 0; j0 < keys.count; j0 += W) {
+        for (int jj = 0; jj < W; jj += 2) {
+          const T* k0;
+          const T* k1;
+          if constexpr (decltype(whole_strided_tile)::value) {
+            k0 = rows.first + rows.offset + std::ptrdiff_t(j0 + jj) * rows.stride;
+            k1 = k0 + rows.stride;
+          } else {  // rows past the tile repeat its last row: valid memory, scores unused
+            k0 = rows[std::min(j0 + jj, keys.count - 1)];
+            k1 = rows[std::min(j0 + jj + 1, keys.count - 1)];
+            if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
+            if (keys.next && j0 + jj + 1 < keys.count) keys.next->score_step(j0 + jj + 1);
+          }
+          B acc0 = qv[0][0] * load_floats<Arch>(k0);
+          B acc1 = qv[0][0] * load_floats<Arch>(k1);
+          POLYATTN_UNROLL
+          for (int i = 1; i < NV; ++i) {
+            acc0 = xsimd::fma(qv[0][i], load_floats<Arch>(k0 + i * W), acc0);
+            acc1 = xsimd::fma(qv[0][i], load_floats<Arch>(k1 + i * W), acc1);
+          }
+          tick_asks(keys.next, asks, 2 * NV);
+          partial[0][jj] = acc0;
+          partial[0][jj + 1] = acc1;
         }
-        tick_asks(keys.next, asks, 2 * NV);
-        partial[0][jj] = acc0;
-        partial[0][jj + 1] = acc1;
+        sum_each<Arch>(partial[0]).store_unaligned(scores + j0);
       }
-      sum_each<Arch>(partial[0]).store_unaligned(scores + j0);
-    }
+    };
+    // A whole tile of strided rows (Hnd, Nhd) with no unpaced asks: each row's address from its
+    // index, without the tile-end clamp, the gathered-row test or score_step. On an AMD EPYC Zen 3
+    // (bench/ab, the same sums) the decode steps took, on one core at L 1500, batch 16: MHA int8
+    // 0.87x (Hnd) and 0.89x (Nhd), SlimK2 int8 0.88x, SlimK2 half 0.96x, MHA half and f32 0.99x;
+    // on two threads at L 65536, batch 16 (2 runs): MHA int8 0.94-0.97x, SlimK2 int8 0.87-0.92x,
+    // SlimK2 half 0.90-0.97x, MHA half 1.00-1.03x, f32 1.01-1.06x; an unchanged MHA bfloat16 beside
+    // them 0.99-1.06x. Paged<16>'s gathered rows keep the general loop (table[j] without the clamp
+    // read 0.95-1.00x there, and cost Hnd part of its gain; decode log, 2026-12-07, stop 90).
+    if (!rows.table && keys.count == kTile && !(keys.next && !keys.next->paced()))
+      pass(std::true_type{});
+    else
+      pass(std::false_type{});
   } else {  // (an else, not a return above: nvcc warns that the loop after it is unreachable)
     for (int j0 = 0; j0 < keys.count; j0 += W) {
       for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
