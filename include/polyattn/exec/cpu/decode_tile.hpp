@@ -334,6 +334,31 @@ struct KeyTile {
   Next* next = nullptr;        // score_step(j) as row j is scored (nullptr: nothing to ask for)
 };
 
+/// Calls pass(std::bool_constant<Whole>) with Whole where the tile is whole (kTile rows), its rows
+/// strided (Hnd, Nhd; not gathered from pages) and no unpaced asks are due (score_step does
+/// nothing): then score_row finds each row from its index alone.
+template <class T, class Next, class Pass>
+[[gnu::always_inline]] inline void with_whole_tile(const KeyTile<T, Next>& keys, Pass&& pass) {
+  if (!keys.rows.table && keys.count == kTile && !(keys.next && !keys.next->paced()))
+    pass(std::true_type{});
+  else
+    pass(std::false_type{});
+}
+
+/// Row j of a score pass's tile (rows: a copy of keys.rows, kept in registers). Whole
+/// (with_whole_tile): from its index, without the tile-end clamp, the gathered-row test or
+/// score_step. Else rows past the tile repeat its last row (valid memory, scores unused), and a
+/// row in the tile asks for the next tile's row j where the asks are unpaced.
+template <bool Whole, class T, class Next>
+[[gnu::always_inline]] inline const T* score_row(const TileRows<T>& rows, int j, const KeyTile<T, Next>& keys) {
+  if constexpr (Whole) {
+    return rows.first + rows.offset + std::ptrdiff_t(j) * rows.stride;
+  } else {
+    if (keys.next && j < keys.count) keys.next->score_step(j);
+    return rows[std::min(j, keys.count - 1)];
+  }
+}
+
 /// Makes the compiler hold b in a register: a vector loaded once for several multiply-adds is
 /// otherwise folded into each of them as a memory operand (GCC 12), one load per multiply-add.
 template <class B>
@@ -409,10 +434,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
     const int m = std::min(W, keys.count - j0);
     for (int jj = 0; jj < W; jj += R) {
       const T* k[R];
-      for (int r = 0; r < R; ++r) {  // rows past the tile repeat its last row: valid memory, scores unused
-        k[r] = rows[std::min(j0 + jj + r, keys.count - 1)];
-        if (keys.next && j0 + jj + r < keys.count) keys.next->score_step(j0 + jj + r);
-      }
+      for (int r = 0; r < R; ++r) k[r] = score_row<false>(rows, j0 + jj + r, keys);
       B acc[R][NG];
       for (int r = 0; r < R; ++r)
         for (int g = 0; g < NG; ++g) acc[r][g] = B(0.0f);
@@ -549,20 +571,19 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
     // 3, two threads, L 65536 and 1500, batch 16, the same sums) 0.90-0.97x for MHA int8,
     // 0.93-0.98x for SlimK2 half, 0.96-1.01x for MHA half and 1.00-1.02x for f32, against
     // 0.98-1.01x for unchanged cases beside them.
-    const auto pass = [&](auto whole_strided_tile) {
+    // Whole tiles (with_whole_tile): on an AMD EPYC Zen 3 (bench/ab, the same sums) the decode
+    // steps took, on one core at L 1500, batch 16: MHA int8 0.87x (Hnd) and 0.89x (Nhd), SlimK2
+    // int8 0.88x, SlimK2 half 0.96x, MHA half and f32 0.99x; on two threads at L 65536, batch 16
+    // (2 runs): MHA int8 0.94-0.97x, SlimK2 int8 0.87-0.92x, SlimK2 half 0.90-0.97x, MHA half
+    // 1.00-1.03x, f32 1.01-1.06x; an unchanged MHA bfloat16 beside them 0.99-1.06x. Paged<16>'s
+    // gathered rows keep the clamped loop (table[j] without the clamp read 0.95-1.00x there, and
+    // cost Hnd part of its gain; decode log, 2026-12-07, stop 90).
+    with_whole_tile(keys, [&](auto whole) {
+      constexpr bool Whole = decltype(whole)::value;
       for (int j0 = 0; j0 < keys.count; j0 += W) {
         for (int jj = 0; jj < W; jj += 2) {
-          const T* k0;
-          const T* k1;
-          if constexpr (decltype(whole_strided_tile)::value) {
-            k0 = rows.first + rows.offset + std::ptrdiff_t(j0 + jj) * rows.stride;
-            k1 = k0 + rows.stride;
-          } else {  // rows past the tile repeat its last row: valid memory, scores unused
-            k0 = rows[std::min(j0 + jj, keys.count - 1)];
-            k1 = rows[std::min(j0 + jj + 1, keys.count - 1)];
-            if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
-            if (keys.next && j0 + jj + 1 < keys.count) keys.next->score_step(j0 + jj + 1);
-          }
+          const T* k0 = score_row<Whole>(rows, j0 + jj, keys);
+          const T* k1 = score_row<Whole>(rows, j0 + jj + 1, keys);
           B acc0 = qv[0][0] * load_floats<Arch>(k0);
           B acc1 = qv[0][0] * load_floats<Arch>(k1);
           POLYATTN_UNROLL
@@ -576,24 +597,11 @@ void score_slices(const float* q, std::ptrdiff_t q_stride, int heads, const KeyT
         }
         sum_each<Arch>(partial[0]).store_unaligned(scores + j0);
       }
-    };
-    // A whole tile of strided rows (Hnd, Nhd) with no unpaced asks: each row's address from its
-    // index, without the tile-end clamp, the gathered-row test or score_step. On an AMD EPYC Zen 3
-    // (bench/ab, the same sums) the decode steps took, on one core at L 1500, batch 16: MHA int8
-    // 0.87x (Hnd) and 0.89x (Nhd), SlimK2 int8 0.88x, SlimK2 half 0.96x, MHA half and f32 0.99x;
-    // on two threads at L 65536, batch 16 (2 runs): MHA int8 0.94-0.97x, SlimK2 int8 0.87-0.92x,
-    // SlimK2 half 0.90-0.97x, MHA half 1.00-1.03x, f32 1.01-1.06x; an unchanged MHA bfloat16 beside
-    // them 0.99-1.06x. Paged<16>'s gathered rows keep the general loop (table[j] without the clamp
-    // read 0.95-1.00x there, and cost Hnd part of its gain; decode log, 2026-12-07, stop 90).
-    if (!rows.table && keys.count == kTile && !(keys.next && !keys.next->paced()))
-      pass(std::true_type{});
-    else
-      pass(std::false_type{});
+    });
   } else {  // (an else, not a return above: nvcc warns that the loop after it is unreachable)
     for (int j0 = 0; j0 < keys.count; j0 += W) {
-      for (int jj = 0; jj < W; ++jj) {  // rows past the tile repeat its last row: valid memory, scores unused
-        const T* k = rows[std::min(j0 + jj, keys.count - 1)];
-        if (keys.next && j0 + jj < keys.count) keys.next->score_step(j0 + jj);
+      for (int jj = 0; jj < W; ++jj) {
+        const T* k = score_row<false>(rows, j0 + jj, keys);
         B kv[SharedKey ? NV : 1];
         // bfloat16 reads a pair of vectors a load (load_row_vectors), then ticks once for the row's
         // NV loads (MHA's key on AVX2: ticked after each, 8 decrements and branches a row of 8
@@ -788,10 +796,7 @@ template <class Arch, int NG, bool SharedKey, class Next>
   for (int j0 = 0; j0 < keys.count; j0 += W) {
     for (int jj = 0; jj < W; jj += R) {
       const Eigen::bfloat16* k[R];
-      for (int r = 0; r < R; ++r) {  // rows past the tile repeat its last row: valid memory, scores unused
-        k[r] = rows[std::min(j0 + jj + r, keys.count - 1)];
-        if (keys.next && j0 + jj + r < keys.count) keys.next->score_step(j0 + jj + r);
-      }
+      for (int r = 0; r < R; ++r) k[r] = score_row<false>(rows, j0 + jj + r, keys);
       __m512 acc[R][NG];
       for (int r = 0; r < R; ++r)
         for (int g = 0; g < NG; ++g) acc[r][g] = _mm512_setzero_ps();
@@ -942,10 +947,7 @@ template <class Arch, int NG, bool SharedKey, class Next>
   for (int j0 = 0; j0 < keys.count; j0 += W) {
     for (int jj = 0; jj < W; jj += R) {
       const std::int8_t* k[R];
-      for (int r = 0; r < R; ++r) {  // rows past the tile repeat its last row: valid memory, scores unused
-        k[r] = rows[std::min(j0 + jj + r, keys.count - 1)];
-        if (keys.next && j0 + jj + r < keys.count) keys.next->score_step(j0 + jj + r);
-      }
+      for (int r = 0; r < R; ++r) k[r] = score_row<false>(rows, j0 + jj + r, keys);
       __m512i acc[R][NG];
       for (int r = 0; r < R; ++r)
         for (int g = 0; g < NG; ++g) acc[r][g] = _mm512_setzero_si512();
