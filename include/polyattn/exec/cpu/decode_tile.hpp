@@ -412,8 +412,8 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
   // With GQA's 2 heads, 4 interleaved rows had run 1.1x slower (Hnd, L 65536, batch 16), and one
   // row at a time reloads each query vector for every row, with two chains of dim / W
   // multiply-adds: GQA<2>'s score pass over keys of 64 took 2.5-4x MHA's per row with its tile in
-  // L1 (bench_decode_tile, one core, AMD EPYC Zen 3). With 2 rows it took 0.71-0.75x (int8),
-  // 0.84-1.00x (bfloat16) and 0.97-1.05x (f32) of one row's time, and GQA<2>'s decode steps (bench/ab,
+  // L1 (bench_decode_tile, one core, AMD EPYC Zen 3). With 2 rows it took 0.71-0.76x (int8),
+  // 0.84-1.00x (bfloat16) and 0.74-1.05x (f32) of one row's time, and GQA<2>'s decode steps (bench/ab,
   // two threads, L 65536, batch 16, the same sums) 0.84-0.88x for int8 on Hnd and 0.89-0.92x on
   // Paged<16>, 0.93-1.03x for bfloat16 and 0.98-1.03x for f32 (bound by memory), against 1.02-1.04x
   // for unchanged cases beside them (decode log, 2026-12-07, stop 90). (Half's keys of 64 take the
