@@ -1019,12 +1019,16 @@ template <class Arch, class T, class Next>
     //    (score_loads_per_row counts them); unpaced, only the first asks (for_each_head_block).
     //  - GQA<2>'s half keys of kLoneKeyVectors: the second pass reads rows the first brought into
     //    L1 (16 loads and conversions of the key per row for 16 multiply-adds), where score_rows
-    //    loads both heads' query vectors for every row (16 loads of them and 8 of the key,
+    //    then loaded both heads' query vectors for every row (16 loads of them and 8 of the key,
     //    converted once). Only the first pass asks (score_loads_per_row counts the shared key's
     //    loads once). The same sums. On an AMD EPYC Zen 3 (bench/ab, two threads, L 65536, batch
     //    16, 3 runs) GQA<2> half took 0.95-0.98x on Hnd, 0.84-0.87x on Paged<16> and 1.00x on Nhd
     //    (one run); float (bound by memory) 1.07x, bfloat16 (pair loads, other sums) 1.07x and
-    //    int8 1.00-1.02x, so they keep score_rows; MHA half beside them 0.99-1.00x.
+    //    int8 1.00-1.02x, so they keep score_rows; MHA half beside them 0.99-1.00x. Since
+    //    score_rows takes GQA<2> two rows a block (stop 90) this case is nearly even with it:
+    //    half through score_rows read 1.00x (Hnd), 1.03x (Paged<16>) and 1.06x (Nhd), the same
+    //    sums, against 0.98x for MHA half (one run, same set-up). Kept for now; with more runs
+    //    showing no loss, score_rows alone would serve.
     const bool slices = lone_head_slices<Arch, T>(keys.dim) && keys.group_stride != 0;
     const bool shared_by_two =
         std::is_same_v<T, Eigen::half> && group == 2 && keys.group_stride == 0 && keys.dim == kLoneKeyVectors<Arch> * W;
