@@ -309,7 +309,8 @@ template <class Next>
 /// load had its own decrement and branch, and XCache f32's value pass on AVX2 (2 heads x 4 column
 /// vectors a row) spent as many instructions on them as on its 8 multiply-adds. (The score passes
 /// keep a tick per load, but for score_slices' pass over one head's key: ticked per row block
-/// in score_rows, SlimK2's took 1.2-1.4x as long on AVX2.)
+/// in score_rows, SlimK2's took 1.2-1.4x as long on AVX2. score_rows ticks a shared key's loads
+/// once per block of rows: see there.)
 template <class Next>
 [[gnu::always_inline]] inline void tick_asks(Next* next, int& left, int loads) {
   if ((left -= loads) <= 0) {  // never without a paced NextTile (see above)
@@ -417,7 +418,19 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
   // two threads, L 65536, batch 16, the same sums) 0.84-0.88x for int8 on Hnd and 0.89-0.92x on
   // Paged<16>, 0.93-1.03x for bfloat16 and 0.98-1.03x for f32 (bound by memory), against 1.02-1.04x
   // for unchanged cases beside them (decode log, 2026-12-07, stop 90). (Half's keys of 64 take the
-  // lone-key path instead: score_tile_fp32.) Head slices (SlimK2's, where
+  // lone-key path instead: score_tile_fp32.)
+  // Since stop 91 a shared key's loads tick the asks once per block of rows, and GQA<2>'s 16-bit
+  // and int8 keys take 4 rows a block (rows_per_block). Ticked per load, each load had its own
+  // decrement and branch, and with 2 rows a block the 4 chains of dim / W multiply-adds set the
+  // pace. Score pass over a tile of 64 rows (one core, AMD EPYC Zen 3, 3 runs): GQA<2> in L1 took
+  // 6.2-6.3 ns a row for int8 against 7.4-7.5, 6.4-6.5 for bfloat16 against 7.3-7.4 and 7.0-7.2
+  // for f32 against 7.2-7.4; XCache's 6 heads over keys of 384 took 0.91-0.94x (L1-L2). In the
+  // decode steps (bench/ab, the same sums) GQA<2> int8 took 0.88-0.95x and bfloat16 0.93-0.96x
+  // on one core at L 1500, and 0.89-0.97x and 0.93-0.96x on two threads at L 65536, batch 16;
+  // XCache int8 0.98-0.99x. f32 keeps 2 rows: bound by memory there, 4 rows of 256 bytes took
+  // 1.04-1.11x as long (though 0.83x in L1). The float key is held in a register
+  // (keep_in_register): without the ticks' branches between its load and its multiply-adds,
+  // GCC 12 loaded it again for the second head, and the pass took 8.8 ns a row in L1. Head slices (SlimK2's, where
   // score_slices does not take them: wider, or with a tail): 2 rows, each query vector loaded
   // once for both, and 2 x NG independent sums instead of one chain of dim / W multiply-adds per
   // head, on which perf put most of SlimK2's score pass. In three
@@ -425,7 +438,8 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
   // and int8 1.02-1.16x faster than one, at L 1500 and 65536 (6 of 6 each); f32 within the noise.
   // 4 rows did no better than 2.
   constexpr int W = int(B::size);
-  constexpr int R = SharedKey ? (NG >= 4 ? rows_per_block<Arch, NG>() : NG == 2 ? 2 : 1) : std::min(2, rows_per_block<Arch, NG>());
+  constexpr int R = SharedKey ? (NG >= 4 || (NG == 2 && !std::is_same_v<T, float>) ? rows_per_block<Arch, NG>() : NG == 2 ? 2 : 1)
+                              : std::min(2, rows_per_block<Arch, NG>());
   const int dim_vec = keys.dim / W * W;
   const TileRows<T> rows = keys.rows;  // a local copy, which the asks' stores cannot change: kept in registers
   alignas(64) B partial[NG][W];
@@ -442,7 +456,10 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
         for (int c = 0; c < dim_vec; c += W) {
           B kv[R];
           POLYATTN_UNROLL
-          for (int r = 0; r < R; ++r) kv[r] = load_floats<Arch>(k[r] + c), tick_asks(keys.next, asks);
+          for (int r = 0; r < R; ++r) {
+            kv[r] = load_floats<Arch>(k[r] + c);
+            if constexpr (NG == 2 && std::is_same_v<T, float>) keep_in_register(kv[r]);
+          }
           for (int g = 0; g < NG; ++g) {
             B qv = B::load_unaligned(q + g * q_stride + c);
             if constexpr (R > 1) keep_in_register(qv);
@@ -461,6 +478,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
             }
           }
       }
+      if constexpr (SharedKey) tick_asks(keys.next, asks, R * (dim_vec / W));  // the block's key loads
       for (int r = 0; r < R; ++r)
         for (int g = 0; g < NG; ++g) partial[g][jj + r] = acc[r][g];
     }
