@@ -309,8 +309,8 @@ template <class Next>
 /// load had its own decrement and branch, and XCache f32's value pass on AVX2 (2 heads x 4 column
 /// vectors a row) spent as many instructions on them as on its 8 multiply-adds. (The score passes
 /// keep a tick per load, but for score_slices' pass over one head's key: ticked per row block
-/// in score_rows, SlimK2's took 1.2-1.4x as long on AVX2. score_rows ticks a shared key's loads
-/// once per block of rows: see there.)
+/// in score_rows, SlimK2's took 1.2-1.4x as long on AVX2. score_rows ticks GQA<2>'s shared key's
+/// loads once per block of rows: see there.)
 template <class Next>
 [[gnu::always_inline]] inline void tick_asks(Next* next, int& left, int loads) {
   if ((left -= loads) <= 0) {  // never without a paced NextTile (see above)
@@ -419,18 +419,20 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
   // Paged<16>, 0.93-1.03x for bfloat16 and 0.98-1.03x for f32 (bound by memory), against 1.02-1.04x
   // for unchanged cases beside them (decode log, 2026-12-07, stop 90). (Half's keys of 64 take the
   // lone-key path instead: score_tile_fp32.)
-  // Since stop 91 a shared key's loads tick the asks once per block of rows, and GQA<2>'s 16-bit
-  // and int8 keys take 4 rows a block (rows_per_block). Ticked per load, each load had its own
+  // Since stop 91 GQA<2>'s shared key ticks the asks once per block of rows, and its 16-bit and
+  // int8 keys take 4 rows a block (rows_per_block). Ticked per load, each load had its own
   // decrement and branch, and with 2 rows a block the 4 chains of dim / W multiply-adds set the
   // pace. Score pass over a tile of 64 rows (one core, AMD EPYC Zen 3, 3 runs): GQA<2> in L1 took
   // 6.2-6.3 ns a row for int8 against 7.4-7.5, 6.4-6.5 for bfloat16 against 7.3-7.4 and 7.0-7.2
-  // for f32 against 7.2-7.4; XCache's 6 heads over keys of 384 took 0.91-0.94x (L1-L2). In the
-  // decode steps (bench/ab, the same sums) GQA<2> int8 took 0.88-0.95x and bfloat16 0.93-0.96x
-  // on one core at L 1500, and 0.89-0.97x and 0.93-0.96x on two threads at L 65536, batch 16;
-  // XCache int8 0.98-0.99x. f32 keeps 2 rows: bound by memory there, 4 rows of 256 bytes took
-  // 1.04-1.11x as long (though 0.83x in L1). The float key is held in a register
-  // (keep_in_register): without the ticks' branches between its load and its multiply-adds,
-  // GCC 12 loaded it again for the second head, and the pass took 8.8 ns a row in L1. Head slices (SlimK2's, where
+  // for f32 against 7.2-7.4. In the decode steps (bench/ab, the same sums) GQA<2> int8 took
+  // 0.88-0.95x and bfloat16 0.93-0.96x on one core at L 1500, and 0.89-0.97x and 0.87-0.96x on
+  // two threads at L 65536, batch 16. MQA and XCache (6 heads) keep a tick per load: ticked per
+  // block, their score pass took 0.91-0.94x in L1 and L2 but 1.08-1.13x over 1 GiB (MQA f32,
+  // XCache f32; one core, noisy), and their decode steps 0.86-1.07x. f32 keeps 2 rows: bound by
+  // memory there, 4 rows of 256 bytes took 1.04-1.11x as long (though 0.83x in L1). The float key
+  // is held in a register (keep_in_register): without the ticks' branches between its load and
+  // its multiply-adds, GCC 12 loaded it again for the second head, and the pass took 8.8 ns a row
+  // in L1. Head slices (SlimK2's, where
   // score_slices does not take them: wider, or with a tail): 2 rows, each query vector loaded
   // once for both, and 2 x NG independent sums instead of one chain of dim / W multiply-adds per
   // head, on which perf put most of SlimK2's score pass. In three
@@ -458,6 +460,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
           POLYATTN_UNROLL
           for (int r = 0; r < R; ++r) {
             kv[r] = load_floats<Arch>(k[r] + c);
+            if constexpr (NG != 2) tick_asks(keys.next, asks);
             if constexpr (NG == 2 && std::is_same_v<T, float>) keep_in_register(kv[r]);
           }
           for (int g = 0; g < NG; ++g) {
@@ -478,7 +481,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
             }
           }
       }
-      if constexpr (SharedKey) tick_asks(keys.next, asks, R * (dim_vec / W));  // the block's key loads
+      if constexpr (SharedKey && NG == 2) tick_asks(keys.next, asks, R * (dim_vec / W));  // the block's key loads
       for (int r = 0; r < R; ++r)
         for (int g = 0; g < NG; ++g) partial[g][jj + r] = acc[r][g];
     }
@@ -1045,8 +1048,8 @@ template <class Arch, class T, class Next>
     //    int8 1.00-1.02x, so they keep score_rows; MHA half beside them 0.99-1.00x. Since
     //    score_rows takes GQA<2> two rows a block (stop 90) this case is nearly even with it:
     //    half through score_rows read 1.00x (Hnd), 1.03x (Paged<16>) and 1.06x (Nhd), the same
-    //    sums, against 0.98x for MHA half (one run, same set-up). Kept for now; with more runs
-    //    showing no loss, score_rows alone would serve.
+    //    sums, against 0.98x for MHA half (one run, same set-up), and 0.96-1.03x again at stop 91;
+    //    but on one core at L 1500, bound by arithmetic, 1.02-1.32x (three runs): so it stays.
     const bool slices = lone_head_slices<Arch, T>(keys.dim) && keys.group_stride != 0;
     const bool shared_by_two =
         std::is_same_v<T, Eigen::half> && group == 2 && keys.group_stride == 0 && keys.dim == kLoneKeyVectors<Arch> * W;
