@@ -394,6 +394,19 @@ constexpr int rows_per_block() {
   return 1;
 }
 
+/// score_rows' R: a shared key of 4 heads or more, or GQA<2>'s 16-bit or int8 key, as many rows
+/// as the registers hold (rows_per_block); GQA<2>'s float key 2 (bound by memory there, it took
+/// 1.04-1.11x as long with 4); another shared key 1; head slices at most 2. Why: score_rows.
+template <class Arch, int NG, bool SharedKey, class T>
+constexpr int score_rows_per_block() {
+  if constexpr (!SharedKey)
+    return std::min(2, rows_per_block<Arch, NG>());
+  else if constexpr (NG >= 4 || (NG == 2 && !std::is_same_v<T, float>))
+    return rows_per_block<Arch, NG>();
+  else
+    return NG == 2 ? 2 : 1;
+}
+
 /// Scores of NG query heads (pre-scaled queries q[NG][dim], row stride q_stride) against the
 /// rows of a tile, R rows at a time (rows_per_block): each query vector is loaded once for the R
 /// rows and each key vector once for the NG heads (one key for all of them when the group shares
@@ -440,8 +453,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
   // and int8 1.02-1.16x faster than one, at L 1500 and 65536 (6 of 6 each); f32 within the noise.
   // 4 rows did no better than 2.
   constexpr int W = int(B::size);
-  constexpr int R = SharedKey ? (NG >= 4 || (NG == 2 && !std::is_same_v<T, float>) ? rows_per_block<Arch, NG>() : NG == 2 ? 2 : 1)
-                              : std::min(2, rows_per_block<Arch, NG>());
+  constexpr int R = score_rows_per_block<Arch, NG, SharedKey, T>();
   const int dim_vec = keys.dim / W * W;
   const TileRows<T> rows = keys.rows;  // a local copy, which the asks' stores cannot change: kept in registers
   alignas(64) B partial[NG][W];
