@@ -440,8 +440,8 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
   // for f32 against 7.2-7.4. In the decode steps (bench/ab, the same sums) GQA<2> int8 took
   // 0.88-0.95x and bfloat16 0.93-0.96x on one core at L 1500, and 0.89-0.97x and 0.87-0.96x on
   // two threads at L 65536, batch 16. MQA and XCache (6 heads) keep a tick per load: ticked per
-  // block, their score pass took 0.91-0.94x in L1 and L2 but 1.08-1.13x over 1 GiB (MQA f32,
-  // XCache f32; one core, noisy), and their decode steps 0.86-1.07x. f32 keeps 2 rows: bound by
+  // block, their score pass took 0.89-0.95x in L1 and L2 but 1.08-1.13x over 1 GiB (MQA f32,
+  // XCache f32; one core, noisy), and their decode steps 0.86-1.13x. f32 keeps 2 rows: bound by
   // memory there, 4 rows of 256 bytes took 1.04-1.11x as long (though 0.83x in L1). The float key
   // is held in a register (keep_in_register): without the ticks' branches between its load and
   // its multiply-adds, GCC 12 loaded it again for the second head, and the pass took 8.8 ns a row
