@@ -408,7 +408,7 @@ constexpr int score_rows_per_block() {
 }
 
 /// Scores of NG query heads (pre-scaled queries q[NG][dim], row stride q_stride) against the
-/// rows of a tile, R rows at a time (rows_per_block): each query vector is loaded once for the R
+/// rows of a tile, R rows at a time (score_rows_per_block): each query vector is loaded once for the R
 /// rows and each key vector once for the NG heads (one key for all of them when the group shares
 /// it: MQA, GQA, XCache, MLA; else head g's slice at g * group_stride: SlimK2's packed row), so
 /// that the loads stay below the multiply-adds (one row at a time, XCache's 6 heads did 7 vector
@@ -433,7 +433,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
   // for unchanged cases beside them (decode log, 2026-12-07, stop 90). (Half's keys of 64 take the
   // lone-key path instead: score_tile_fp32.)
   // Since stop 91 GQA<2>'s shared key ticks the asks once per block of rows, and its 16-bit and
-  // int8 keys take 4 rows a block (rows_per_block). Ticked per load, each load had its own
+  // int8 keys take 4 rows a block (score_rows_per_block). Ticked per load, each load had its own
   // decrement and branch, and with 2 rows a block the 4 chains of dim / W multiply-adds set the
   // pace. Score pass over a tile of 64 rows (one core, AMD EPYC Zen 3, 3 runs): GQA<2> in L1 took
   // 6.2-6.3 ns a row for int8 against 7.4-7.5, 6.4-6.5 for bfloat16 against 7.3-7.4 and 7.0-7.2
@@ -481,6 +481,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
             for (int r = 0; r < R; ++r) acc[r][g] = xsimd::fma(qv, kv[r], acc[r][g]);
           }
         }
+        if constexpr (NG == 2) tick_asks(keys.next, asks, R * (dim_vec / W));  // the block's key loads at once
       } else {  // head g's slice of row r at k[r] + g * group_stride
         for (int c = 0; c < dim_vec; c += W)
           for (int g = 0; g < NG; ++g) {
@@ -493,7 +494,6 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
             }
           }
       }
-      if constexpr (SharedKey && NG == 2) tick_asks(keys.next, asks, R * (dim_vec / W));  // the block's key loads
       for (int r = 0; r < R; ++r)
         for (int g = 0; g < NG; ++g) partial[g][jj + r] = acc[r][g];
     }
