@@ -307,10 +307,10 @@ template <class Next>
 /// `loads` ticks at once, after a row's loads (the value pass): one test and one branch per row,
 /// and as many lines asked as have come due (spacing may be below `loads`). Ticked per load, each
 /// load had its own decrement and branch, and XCache f32's value pass on AVX2 (2 heads x 4 column
-/// vectors a row) spent as many instructions on them as on its 8 multiply-adds. (The score passes
-/// keep a tick per load, but for score_slices' pass over one head's key: ticked per row block
-/// in score_rows, SlimK2's took 1.2-1.4x as long on AVX2. score_rows ticks GQA<2>'s shared key's
-/// loads once per block of rows: see there.)
+/// vectors a row) spent as many instructions on them as on its 8 multiply-adds. The score passes
+/// tick this way where the heads share a key: score_slices' pass over one head's key (per pair of
+/// rows) and score_rows' shared key (per block of rows). Head slices keep a tick per load: ticked
+/// per row block in score_rows, SlimK2's took 1.2-1.4x as long on AVX2.
 template <class Next>
 [[gnu::always_inline]] inline void tick_asks(Next* next, int& left, int loads) {
   if ((left -= loads) <= 0) {  // never without a paced NextTile (see above)
@@ -422,36 +422,22 @@ constexpr int score_rows_per_block() {
 template <class Arch, int NG, bool SharedKey, class T, class Next>
 void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>& keys, float* scores) {
   using B = xsimd::batch<float, Arch>;
-  // A shared key: a block of rows where it serves 4 heads or more, and 2 rows for 2 heads (GQA<2>).
-  // With GQA's 2 heads, 4 interleaved rows had run 1.1x slower (Hnd, L 65536, batch 16), and one
-  // row at a time reloads each query vector for every row, with two chains of dim / W
-  // multiply-adds: GQA<2>'s score pass over keys of 64 took 2.5-4x MHA's per row with its tile in
-  // L1 (bench_decode_tile, one core, AMD EPYC Zen 3). With 2 rows it took 0.71-0.76x (int8),
-  // 0.84-1.00x (bfloat16) and 0.74-1.05x (f32) of one row's time, and GQA<2>'s decode steps (bench/ab,
-  // two threads, L 65536, batch 16, the same sums) 0.84-0.88x for int8 on Hnd and 0.89-0.92x on
-  // Paged<16>, 0.93-1.03x for bfloat16 and 0.98-1.03x for f32 (bound by memory), against 1.02-1.04x
-  // for unchanged cases beside them (decode log, 2026-12-07, stop 90). (Half's keys of 64 take the
-  // lone-key path instead: score_tile_fp32.)
-  // Since stop 91 GQA<2>'s shared key ticks the asks once per block of rows, and its 16-bit and
-  // int8 keys take 4 rows a block (score_rows_per_block). Ticked per load, each load had its own
-  // decrement and branch, and with 2 rows a block the 4 chains of dim / W multiply-adds set the
-  // pace. Score pass over a tile of 64 rows (one core, AMD EPYC Zen 3, 3 runs): GQA<2> in L1 took
-  // 6.2-6.3 ns a row for int8 against 7.4-7.5, 6.4-6.5 for bfloat16 against 7.3-7.4 and 7.0-7.2
-  // for f32 against 7.2-7.4. In the decode steps (bench/ab, the same sums) GQA<2> int8 took
-  // 0.88-0.95x and bfloat16 0.93-0.96x on one core at L 1500, and 0.89-0.97x and 0.87-0.96x on
-  // two threads at L 65536, batch 16. MQA and XCache (6 heads) keep a tick per load: ticked per
-  // block, their score pass took 0.89-0.95x in L1 and L2 but 1.08-1.13x over 1 GiB (MQA f32,
-  // XCache f32; one core, noisy), and their decode steps 0.86-1.13x. f32 keeps 2 rows: bound by
-  // memory there, 4 rows of 256 bytes took 1.04-1.11x as long (though 0.83x in L1). The float key
-  // is held in a register (keep_in_register): without the ticks' branches between its load and
-  // its multiply-adds, GCC 12 loaded it again for the second head, and the pass took 8.8 ns a row
-  // in L1. Head slices (SlimK2's, where
-  // score_slices does not take them: wider, or with a tail): 2 rows, each query vector loaded
-  // once for both, and 2 x NG independent sums instead of one chain of dim / W multiply-adds per
-  // head, on which perf put most of SlimK2's score pass. In three
-  // alternated rounds (AMD EPYC Zen 4, Hnd, batch 16, best of 5) 2 rows ran SlimK2 f16 1.04-1.21x
-  // and int8 1.02-1.16x faster than one, at L 1500 and 65536 (6 of 6 each); f32 within the noise.
-  // 4 rows did no better than 2.
+  // Why each choice (figures: bench/results/cpu_decode_variants/README.md, stops 90-92):
+  //  - Rows per block (score_rows_per_block): one row at a time reloads each query vector for every
+  //    row and leaves one chain of dim / W multiply-adds per head, too short for the out-of-order
+  //    window: GQA<2>'s score pass took 2.5-4x MHA's per row in L1 that way (AMD EPYC Zen 3).
+  //  - A shared key's loads tick the asks once per block of rows, with the same count (tick_asks
+  //    with `loads`): a tick per load is a decrement and a branch per load, about a fifth of
+  //    GQA<2>'s score pass in L1. Ticked per block, GQA<2> int8's and bfloat16's decode steps took
+  //    0.88-0.96x; MQA's and XCache's 0.92-1.08x (a run's median; 33 of 42 at or below 1.00)
+  //    against 1.00-1.03x for controls beside them (bench/ab, the same sums). Head slices keep a
+  //    tick per load.
+  //  - GQA<2>'s float key is held in a register (keep_in_register): without the ticks' branches
+  //    between its load and its multiply-adds, GCC 12 loaded it again for the second head.
+  //  - Head slices (SlimK2's where score_slices does not take them: wider, or with a tail): 2 rows,
+  //    each query vector loaded once for both; 4 rows did no better.
+  // Each row keeps its order of summation whatever R is: the same sums. (GQA<2>'s half keys of 64
+  // take the lone-key path instead: score_tile_fp32.)
   constexpr int W = int(B::size);
   constexpr int R = score_rows_per_block<Arch, NG, SharedKey, T>();
   const int dim_vec = keys.dim / W * W;
@@ -472,7 +458,6 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
           POLYATTN_UNROLL
           for (int r = 0; r < R; ++r) {
             kv[r] = load_floats<Arch>(k[r] + c);
-            if constexpr (NG != 2) tick_asks(keys.next, asks);
             if constexpr (NG == 2 && std::is_same_v<T, float>) keep_in_register(kv[r]);
           }
           for (int g = 0; g < NG; ++g) {
@@ -481,7 +466,7 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
             for (int r = 0; r < R; ++r) acc[r][g] = xsimd::fma(qv, kv[r], acc[r][g]);
           }
         }
-        if constexpr (NG == 2) tick_asks(keys.next, asks, R * (dim_vec / W));  // the block's key loads at once
+        tick_asks(keys.next, asks, R * (dim_vec / W));  // the block's key loads at once
       } else {  // head g's slice of row r at k[r] + g * group_stride
         for (int c = 0; c < dim_vec; c += W)
           for (int g = 0; g < NG; ++g) {
