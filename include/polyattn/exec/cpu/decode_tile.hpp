@@ -428,10 +428,10 @@ void score_rows(const float* q, std::ptrdiff_t q_stride, const KeyTile<T, Next>&
   //    window: GQA<2>'s score pass took 2.5-4x MHA's per row in L1 that way (AMD EPYC Zen 3).
   //  - A shared key's loads tick the asks once per block of rows, with the same count (tick_asks
   //    with `loads`): a tick per load is a decrement and a branch per load, about a fifth of
-  //    GQA<2>'s score pass in L1. Ticked per block, GQA<2> int8's and bfloat16's decode steps took
-  //    0.88-0.96x; MQA's and XCache's 0.92-1.08x (a run's median; 33 of 42 at or below 1.00)
-  //    against 1.00-1.03x for controls beside them (bench/ab, the same sums). Head slices keep a
-  //    tick per load.
+  //    GQA<2>'s score pass in L1. Ticked per block, GQA<2>'s int8 and bfloat16 decode steps took
+  //    0.82-1.04x (mostly 0.88-0.96; controls 0.95-1.02), MQA's and XCache's 0.92-1.08x (each run's
+  //    median, 33 of 42 at or below 1.00; controls 1.00-1.03), in bench/ab pairs with the same sums.
+  //    Head slices keep a tick per load.
   //  - GQA<2>'s float key is held in a register (keep_in_register): without the ticks' branches
   //    between its load and its multiply-adds, GCC 12 loaded it again for the second head.
   //  - Head slices (SlimK2's where score_slices does not take them: wider, or with a tail): 2 rows,
