@@ -1141,28 +1141,45 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, TileRows<T> row
     if constexpr (pairs) to_row_order<Arch, T, NC>(a[g]);
   }
   int asks = asks_left(next);
-  for (int j = 0; j < n; ++j) {
-    const T* r = rows[j] + c;
-    if constexpr (NG == 1 && NC > 4 && !pairs) {  // (kLoneValueVectors) each vector into its sum as it is converted:
-      // converted all first, the row's 8 vectors and the 8 sums took 17 of 16 registers, and half's
-      // pass 0.63x the time of blocks of 4 rather than 0.48-0.58x (bench_decode_tile).
-      // (bfloat16's pair loads keep the path below: 0.69-0.72x.)
-      const B x(w[at(0, j)]);
-      const T* row = r;
-      keep_pointer_in_register(row);
-      for (int i = 0; i < NC; ++i) a[0][i] = xsimd::fma(x, load_floats<Arch>(row + i * W), a[0][i]);
-      if constexpr (!ByToken) tick_asks(next, asks, NC);
-      continue;
-    }
-    B v[NC];
-    if constexpr (pairs)
-      load_row_vectors<Arch, NC>(r, v);
+  if constexpr (NG == 1 && NC > 4 && !pairs) {  // (kLoneValueVectors) each vector into its sum as it is converted:
+    // converted all first, the row's 8 vectors and the 8 sums took 17 of 16 registers, and half's
+    // pass 0.63x the time of blocks of 4 rather than 0.48-0.58x (bench_decode_tile).
+    // (bfloat16's pair loads keep the path below: 0.69-0.72x.)
+    // The loop is compiled twice, for strided rows (Hnd, Nhd: a pointer that steps) and gathered
+    // rows (Paged: the table). One loop with rows[j] kept the table, the offset and the stride on
+    // the stack (GCC 12) and tested the table every row: 16 scalar instructions beside the row's 24
+    // vector ones, and MHA int8's decode steps took 1.03-1.10x as long (AMD EPYC Zen 3, bench/ab;
+    // decode log, stop 93). The group loop below did not gain from the same split.
+    const auto pass = [&](auto strided, const T* first) __attribute__((always_inline)) {
+      for (int j = 0; j < n; ++j) {
+        const T* row = first;  // row j + c
+        if constexpr (decltype(strided)::value)
+          first += rows.stride;
+        else
+          row = rows[j] + c;
+        keep_pointer_in_register(row);
+        const B x(w[at(0, j)]);
+        for (int i = 0; i < NC; ++i) a[0][i] = xsimd::fma(x, load_floats<Arch>(row + i * W), a[0][i]);
+        if constexpr (!ByToken) tick_asks(next, asks, NC);
+      }
+    };
+    if (rows.table)
+      pass(std::false_type{}, nullptr);
     else
-      for (int i = 0; i < NC; ++i) v[i] = load_floats<Arch>(r + i * W);
-    if constexpr (!ByToken) tick_asks(next, asks, NC);  // prefill blocks (ByToken) ask for nothing
-    for (int g = 0; g < NG; ++g) {
-      const B x(w[at(g, j)]);
-      for (int i = 0; i < NC; ++i) a[g][i] = xsimd::fma(x, v[i], a[g][i]);
+      pass(std::true_type{}, rows.first + rows.offset + c);
+  } else {
+    for (int j = 0; j < n; ++j) {
+      const T* r = rows[j] + c;
+      B v[NC];
+      if constexpr (pairs)
+        load_row_vectors<Arch, NC>(r, v);
+      else
+        for (int i = 0; i < NC; ++i) v[i] = load_floats<Arch>(r + i * W);
+      if constexpr (!ByToken) tick_asks(next, asks, NC);  // prefill blocks (ByToken) ask for nothing
+      for (int g = 0; g < NG; ++g) {
+        const B x(w[at(g, j)]);
+        for (int i = 0; i < NC; ++i) a[g][i] = xsimd::fma(x, v[i], a[g][i]);
+      }
     }
   }
   for (int g = 0; g < NG; ++g) {
