@@ -1152,9 +1152,9 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, TileRows<T> row
     // decode log, stop 93). The group loop below did not gain from the same split.
     const auto pass = [&](auto strided, const T* first) __attribute__((always_inline)) {
       for (int j = 0; j < n; ++j) {
-        const T* row = first;  // row j + c
+        const T* row;  // row j + c
         if constexpr (decltype(strided)::value)
-          first += rows.stride;
+          row = first, first += rows.stride;
         else
           row = rows[j] + c;
         keep_pointer_in_register(row);
