@@ -1166,7 +1166,7 @@ void accumulate_columns(const float* w, WeightIndex<ByToken> at, TileRows<T> row
     if (rows.table)
       pass(std::false_type{}, nullptr);
     else
-      pass(std::true_type{}, rows.first + rows.offset + c);
+      pass(std::true_type{}, rows[0] + c);  // row 0; each next row one stride on
   } else {
     for (int j = 0; j < n; ++j) {
       const T* r = rows[j] + c;
